@@ -1,0 +1,209 @@
+"""The user's surface: ``tw.trace``, ``@tw.compile`` and the Compiled object."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+import torch
+import torch.fx
+
+from torchwright_fx import pipeline
+from torchwright_fx.backends import hf, runtime
+from torchwright_fx.intrinsics import using_vocab
+from torchwright_fx.ir.graph import MachineKind
+from torchwright_fx.pipeline import Build, Options
+from torchwright_fx.vocab import Vocab
+
+
+class InputError(ValueError):
+    """A prompt the compiled program cannot take (too long, empty)."""
+
+
+class Traced:
+    """A captured program: its fx graph annotated with widths and BOS values; not compiled."""
+
+    def __init__(self, fn: Callable[..., Any], vocab: Vocab):
+        self.fn, self.vocab = fn, vocab
+        self.graph_module: torch.fx.GraphModule = pipeline.trace(fn, vocab)
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+    def __repr__(self) -> str:
+        lines = [f"Traced({self.fn.__name__}, {self.vocab!r})"]
+        for n in self.graph.nodes:
+            width = n.meta.get("tw_width", "")
+            lines.append(f"  {n.name:<24} {n.op:<14} {str(n.target)[:40]:<40} width={width}")
+        return "\n".join(lines)
+
+    def compile(self, **options: Any) -> Compiled:
+        return Compiled(self.fn, self.vocab, Options(**options), traced=self)
+
+    def run(self, ids: Sequence[int]) -> torch.Tensor:
+        """The eager reference on token ids: the output code stream ``[T]``."""
+        with using_vocab(self.vocab), torch.no_grad():
+            out = self.fn(self.vocab.one_hot(ids))
+        return out.reshape(len(ids), -1)[:, 0]
+
+
+def trace(fn: Callable[..., Any], *, vocab: Vocab) -> Traced:
+    return Traced(fn, vocab)
+
+
+class Compiled:
+    """A program compiled (lazily, on first use) to a Phi-3 machine."""
+
+    def __init__(self, fn: Callable[..., Any], vocab: Vocab, options: Options,
+                 traced: Traced | None = None):
+        functools.update_wrapper(self, fn)
+        self.fn, self.vocab, self.options = fn, vocab, options
+        self._traced = traced
+        self._build: Build | None = None
+        self.compile_seconds = 0.0
+
+    # -- eager --------------------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        with using_vocab(self.vocab):
+            return self.fn(x)
+
+    @property
+    def traced(self) -> Traced:
+        if self._traced is None:
+            self._traced = Traced(self.fn, self.vocab)
+        return self._traced
+
+    def _prompt_ids(self, text: str) -> list[int]:
+        ids = self.vocab.encode(text)
+        if len(ids) > self.options.max_seq_len:
+            raise InputError(f"the prompt is {len(ids)} tokens with <bos>, over max_seq_len="
+                             f"{self.options.max_seq_len}")
+        return ids
+
+    def reference_ids(self, ids: Sequence[int]) -> list[int]:
+        """Greedy generation by the eager semantics: the new ids (eos excluded)."""
+        seq = list(ids)
+        new: list[int] = []
+        while len(seq) < self.options.max_seq_len:
+            code = float(self.traced.run(seq)[-1])
+            nxt = round(code)
+            if not 0 <= nxt < len(self.vocab):
+                raise ValueError(f"the program output {code} at position {len(seq) - 1}, "
+                                 f"which is not a token code (0..{len(self.vocab) - 1})")
+            if nxt == self.vocab.eos_id:
+                break
+            seq.append(nxt)
+            new.append(nxt)
+        return new
+
+    def reference(self, text: str) -> str:
+        return self.vocab.decode(self.reference_ids(self._prompt_ids(text)))
+
+    # -- compiled -----------------------------------------------------------------------------
+    def compile(self) -> Compiled:
+        if self._build is None:
+            start = time.perf_counter()
+            gm = self.traced.graph_module
+            self._build = pipeline.build(gm, self.vocab, self.options)
+            self.compile_seconds = time.perf_counter() - start
+        return self
+
+    @property
+    def build(self) -> Build:
+        return self.compile()._build  # type: ignore[return-value]
+
+    @property
+    def machine(self) -> Any:
+        return self.build.machine
+
+    def logits(self, ids: Sequence[int]) -> torch.Tensor:
+        return runtime.forward(self.machine, ids)[0]
+
+    def generate_ids(self, ids: Sequence[int]) -> list[int]:
+        return runtime.generate(self.machine, ids)
+
+    def generate(self, text: str) -> str:
+        """Greedy generation by the compiled weights (in-process runtime)."""
+        return self.vocab.decode(self.generate_ids(self._prompt_ids(text)))
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        return hf.save_pretrained(self.machine, self.vocab, directory, card=self.model_card())
+
+    def to_onnx(self, directory: str | os.PathLike, hf_dir: str | os.PathLike | None = None
+                ) -> Path:
+        """Export through torch.onnx (writes the HF directory first if none is given)."""
+        from torchwright_fx.backends.onnx import export_onnx
+
+        if hf_dir is None:
+            hf_dir = Path(directory).with_name(Path(directory).name + "_hf")
+            self.save_pretrained(hf_dir)
+        return export_onnx(hf_dir, directory)
+
+    # -- reporting ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        b, m = self.build, self.build.machine
+        heads = sum(len(h) for h, _ in _members(b))
+        lanes = m.meta.get("lanes", None)
+        return {
+            "name": self.fn.__name__, "machine": b.program.machine, "layers": m.n_layers,
+            "critical_path_layers": b.critical_path_layers, "d_model": m.d_model,
+            "peak_live_width": b.peak_live_width, "d_head": m.d_head, "heads_per_layer": m.n_heads,
+            "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
+            "parameters": m.parameters(), "zero_fraction": m.zero_fraction(),
+            "scheduler": b.plan.scheduler, "status": b.plan.status,
+            "proven_bound": b.plan.proven_bound, "compile_seconds": self.compile_seconds,
+            "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
+        }
+
+    def report(self) -> str:
+        s = self.stats()
+        text = (
+            f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
+            f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), d_head={s['d_head']}, "
+            f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
+            f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
+            f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
+            f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
+        )
+        print(text)
+        return text
+
+    def model_card(self) -> str:
+        s = self.stats()
+        return (f"# {s['name']}\n\nCompiled by torchwright_fx from a Python program; no "
+                f"training. Stock `Phi3ForCausalLM`, fp32, greedy decoding.\n\n"
+                f"- layers: {s['layers']}\n- hidden size: {s['d_model']}\n"
+                f"- heads: {s['heads_per_layer']} x {s['d_head']}\n"
+                f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
+
+
+def _members(b: Build) -> list:
+    from torchwright_fx.schedule.plan import layer_members
+
+    return layer_members(b.program, b.plan)
+
+
+@overload
+def compile(fn: Callable[..., Any], *, vocab: Vocab, **options: Any) -> Compiled: ...
+
+
+@overload
+def compile(fn: None = None, *, vocab: Vocab, **options: Any) -> Callable[..., Compiled]: ...
+
+
+def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab, d_model: int | None = None,
+            d_head: int = 16, max_seq_len: int = 512, optimize: int = 0,
+            machine: MachineKind | None = None) -> Any:
+    """``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Compiling is lazy: it
+    happens on first use (generate, save_pretrained, report) or on ``.compile()``."""
+    opts = Options(d_model, d_head, max_seq_len, optimize, machine)
+
+    def wrap(f: Callable[..., Any]) -> Compiled:
+        return Compiled(f, vocab, opts)
+
+    return wrap if fn is None else wrap(fn)

@@ -1,0 +1,1 @@
+"""Capture: trace a Python function into an fx graph and annotate it."""

@@ -1,0 +1,58 @@
+"""Errors that point at the user's source line."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from types import TracebackType
+
+import torch.fx
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+class CompileError(Exception):
+    """A program construct that cannot be compiled; the message names the user's line."""
+
+
+def _is_user_file(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return not (path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR)
+                or "site-packages" in path or filename.startswith("<frozen"))
+
+
+def user_frame_from_traceback(tb: TracebackType | None) -> str:
+    """The innermost frame of user code in a traceback, as 'file:line: code'."""
+    frames = [f for f in traceback.extract_tb(tb) if _is_user_file(f.filename)]
+    if not frames:
+        return "<unknown source>"
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno}: {(f.line or '').strip()}"
+
+
+def node_source(node: torch.fx.Node) -> str:
+    """The user line that created an fx node, from the stack trace fx recorded."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = trace.strip().splitlines()
+    best = "<unknown source>"
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if not line.startswith('File "'):
+            continue
+        filename = line.split('"')[1]
+        if not _is_user_file(filename):
+            continue
+        lineno = line.split(", line ")[1].split(",")[0]
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        best = f"{filename}:{lineno}: {code}"
+    return best
+
+
+def node_error(node: torch.fx.Node, what: str, advice: str = "") -> CompileError:
+    op = node.target if isinstance(node.target, str) else getattr(
+        node.target, "__name__", str(node.target))
+    msg = f"{node_source(node)}\n  in `{op}` ({node.name}): {what}"
+    if advice:
+        msg += f"\n  {advice}"
+    return CompileError(msg)

@@ -1,0 +1,50 @@
+"""Trace a plain Python function over the token stream into an fx graph."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from torchwright_fx.capture.errors import CompileError, user_frame_from_traceback
+from torchwright_fx.intrinsics import INTRINSICS, using_vocab
+from torchwright_fx.vocab import Vocab
+
+
+class TwTracer(torch.fx.Tracer):
+    """fx Tracer that keeps every ``tw.*`` intrinsic as one leaf node and records stacks."""
+
+    def __init__(self) -> None:
+        super().__init__(autowrap_modules=(math,), autowrap_functions=tuple(INTRINSICS))
+        self.record_stack_traces = True
+
+
+_CONTROL_FLOW_ADVICE = (
+    "a traced stream has no concrete value while compiling, so Python control flow "
+    "(if/while/and/or/not, bool(), int(), len(), iteration) cannot depend on it; "
+    "use torch.where(cond, a, b), & | ~, or a tw.* intrinsic instead"
+)
+
+
+def capture(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
+    """Trace ``fn(x)`` where x is the one-hot token stream ``[seq, len(vocab)]``."""
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.default is inspect.Parameter.empty]
+    if len(params) != 1:
+        raise CompileError(f"{fn.__qualname__} must take exactly one argument (the token "
+                           f"stream), got {len(params)}")
+    tracer = TwTracer()
+    try:
+        with using_vocab(vocab):
+            graph = tracer.trace(fn)
+    except torch.fx.proxy.TraceError as e:
+        raise CompileError(f"{user_frame_from_traceback(e.__traceback__)}\n  {e}\n  "
+                           f"{_CONTROL_FLOW_ADVICE}") from None
+    except (TypeError, RuntimeError, ValueError, KeyError) as e:
+        raise CompileError(f"{user_frame_from_traceback(e.__traceback__)}\n  while tracing "
+                           f"{fn.__qualname__}: {type(e).__name__}: {e}") from None
+    return torch.fx.GraphModule(tracer.root, graph, fn.__name__)

@@ -1,0 +1,1 @@
+"""Plan -> Machine: dense fp32 weights per layer."""

@@ -1,0 +1,128 @@
+"""Plan -> Machine. The one place where signals become rows and columns of weight matrices."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torchwright_fx.emit.machine import LayerWeights, Machine
+from torchwright_fx.emit.rmsnorm import Pins, choose_pins
+from torchwright_fx.ir.graph import FFN, Head, Lane, Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.ops.numerics import DECODE_GAIN, RMS_EPS
+from torchwright_fx.schedule.plan import Plan, layer_members
+
+
+def data_energy(prog: Program) -> float:
+    """An upper bound on the sum of squares of all data columns at any position."""
+    total = 1.0  # the constant column
+    for s in prog.live:
+        rng = prog.signals[s].range
+        if not rng.finite:
+            raise ValueError(f"signal {prog.signals[s].name} ({prog.signals[s].source}) has no "
+                             "finite range; declare one with tw.claim")
+        total += rng.magnitude ** 2
+    return total
+
+
+class _Writer:
+    def __init__(self, prog: Program, plan: Plan):
+        self.prog, self.plan = prog, plan
+
+    def row(self, lin: Lin, scale: float = 1.0) -> torch.Tensor:
+        """A weight row that reads ``lin`` from the (normalised) residual."""
+        out = torch.zeros(self.plan.d_model, dtype=torch.float64)
+        out[self.plan.const_col] = lin.const * scale
+        for s, c in lin.terms.items():
+            out[self.plan.columns[s]] += c * scale
+        return out
+
+    def column(self, sid: int) -> int | None:
+        return self.plan.columns.get(sid) if sid in self.prog.live else None
+
+
+def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int) -> tuple[torch.Tensor,
+                                                                                 torch.Tensor]:
+    d = w.plan.d_model
+    q = torch.zeros(n_heads * d_head, d, dtype=torch.float64)
+    k, v = torch.zeros_like(q), torch.zeros_like(q)
+    o = torch.zeros(d, n_heads * d_head, dtype=torch.float64)
+    # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
+    q_scale = math.sqrt(d_head)
+    for h, head in enumerate(heads):
+        base = h * d_head
+        for r in range(d_head):
+            q[base + r] = w.row(head.q[r], q_scale)
+            k[base + r] = w.row(head.k[r])
+        for r, (lin, sid) in enumerate(zip(head.v, head.outputs)):
+            v[base + r] = w.row(lin)
+            col = w.column(sid)
+            if col is not None:
+                o[col, base + r] = 1.0
+    return torch.cat([q, k, v]), o
+
+
+def _mlp(w: _Writer, ffns: list[FFN], d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
+    d = w.plan.d_model
+    gate = torch.zeros(d_ff, d, dtype=torch.float64)
+    up = torch.zeros_like(gate)
+    down = torch.zeros(d, d_ff, dtype=torch.float64)
+    index: dict[Lane, int] = {}
+    for f in ffns:
+        local = [index.setdefault(lane, len(index)) for lane in f.lanes]
+        for sid, weights in f.outputs.items():
+            col = w.column(sid)
+            if col is None:
+                continue
+            for lane_idx, weight in weights.items():
+                down[col, local[lane_idx]] += weight
+    for lane, i in index.items():
+        gate[i], up[i] = w.row(lane.gate), w.row(lane.up)
+    return torch.cat([gate, up]), down
+
+
+def _lane_count(ffns: list[FFN]) -> int:
+    return len({lane for f in ffns for lane in f.lanes})
+
+
+def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
+    w = _Writer(prog, plan)
+    d, vocab = plan.d_model, len(prog.vocab)
+    pins: Pins = choose_pins(d, data_energy(prog))
+    members = layer_members(prog, plan)
+    n_heads = max(1, max(len(h) for h, _ in members))
+    d_ff = max(1, max(_lane_count(f) for _, f in members))
+
+    embed = torch.zeros(vocab, d, dtype=torch.float64)
+    embed[:, plan.const_col] = 1.0
+    embed[:, plan.pin_cols] = pins.value
+    for sid, table in prog.embed_tables.items():
+        embed[:, plan.columns[sid]] = torch.tensor(table, dtype=torch.float64)
+
+    gain = torch.full((d,), pins.gain)
+    layers = []
+    for heads, ffns in members:
+        qkv, o = _attention(w, heads, n_heads, geom.d_head)
+        gate_up, down = _mlp(w, ffns, d_ff)
+        layers.append(LayerWeights(qkv.float(), o.float(), gate_up.float(), down.float(),
+                                   gain.clone(), gain.clone()))
+    final = gain.clone()
+    final[plan.pin_cols] = 0.0
+
+    # logit_t = G * (t * c - t^2 / 2): maximal at the token whose id is nearest the code c.
+    out = w.row(prog.output)
+    ids = torch.arange(vocab, dtype=torch.float64)
+    lm_head = DECODE_GAIN * ids[:, None] * out[None, :]
+    lm_head[:, plan.const_col] -= DECODE_GAIN * ids ** 2 / 2
+
+    return Machine(
+        act="silu" if prog.machine == "swiglu" else "relu",
+        d_model=d, d_head=geom.d_head, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab,
+        max_seq_len=geom.max_seq_len, rope_theta=geom.rope_theta,
+        partial_rotary_factor=geom.partial_rotary_factor,
+        embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
+        rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
+        meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog)},
+    )

@@ -1,0 +1,56 @@
+"""The Machine: a Phi-3-shaped model as dense fp32 tensors, independent of any framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+
+@dataclass
+class LayerWeights:
+    qkv: torch.Tensor  # [3 * n_heads * d_head, d]: rows [Q; K; V]
+    o: torch.Tensor  # [d, n_heads * d_head]
+    gate_up: torch.Tensor  # [2 * d_ff, d]: rows [gate; up]
+    down: torch.Tensor  # [d, d_ff]
+    norm_attn: torch.Tensor  # [d]
+    norm_mlp: torch.Tensor  # [d]
+
+
+@dataclass
+class Machine:
+    act: Literal["silu", "relu"]
+    d_model: int
+    d_head: int
+    n_heads: int
+    d_ff: int
+    vocab_size: int
+    max_seq_len: int
+    rope_theta: float
+    partial_rotary_factor: float
+    embed: torch.Tensor  # [vocab, d]
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor  # [d]
+    lm_head: torch.Tensor  # [vocab, d]
+    rms_eps: float = 1e-5
+    bos_id: int = 0
+    eos_id: int = 1
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def parameters(self) -> int:
+        tensors = [self.embed, self.final_norm, self.lm_head]
+        for layer in self.layers:
+            tensors += [layer.qkv, layer.o, layer.gate_up, layer.down, layer.norm_attn,
+                        layer.norm_mlp]
+        return sum(t.numel() for t in tensors)
+
+    def zero_fraction(self) -> float:
+        tensors = [self.embed, self.lm_head, *[t for la in self.layers
+                                                for t in (la.qkv, la.o, la.gate_up, la.down)]]
+        zeros = sum(int((t == 0).sum()) for t in tensors)
+        return zeros / max(1, sum(t.numel() for t in tensors))

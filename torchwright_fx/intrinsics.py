@@ -1,0 +1,300 @@
+"""The ``tw.*`` intrinsics: each is one definition holding its eager reference semantics and
+its lowering to primitive ops.
+
+Streams are float tensors of shape ``[seq, width]``, one row per position, causal (DESIGN
+§2.1). Calling an intrinsic on tensors runs the eager semantics; calling it while tracing
+records one fx node whose target is the intrinsic itself, so helper code in any module can
+use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import torch
+import torch.fx
+
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import BOOL, Interval
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, const_vector, to_stream
+from torchwright_fx.ops import attention, ffn
+from torchwright_fx.vocab import Vocab
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_VOCAB: contextvars.ContextVar[Vocab | None] = contextvars.ContextVar("tw_vocab", default=None)
+
+
+@contextlib.contextmanager
+def using_vocab(vocab: Vocab) -> Iterator[None]:
+    """Make ``vocab`` the one that token names resolve against (set by trace and reference)."""
+    token = _VOCAB.set(vocab)
+    try:
+        yield
+    finally:
+        _VOCAB.reset(token)
+
+
+def current_vocab() -> Vocab:
+    vocab = _VOCAB.get()
+    if vocab is None:
+        raise RuntimeError("token names need a vocabulary: run the program through tw.trace, "
+                           "tw.compile or .reference(), or inside tw.using_vocab(vocab)")
+    return vocab
+
+
+@dataclass(frozen=True)
+class IntrinsicInfo:
+    eager: Callable[..., Any]
+    lower: Callable[..., Any]
+    machine: str | None = None  # set for ops that belong to one op library
+
+
+INTRINSICS: list[Callable[..., Any]] = []
+
+
+def _find_proxy(obj: object) -> torch.fx.Proxy | None:
+    if isinstance(obj, torch.fx.Proxy):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            found = _find_proxy(item)
+            if found is not None:
+                return found
+    if isinstance(obj, dict):
+        return _find_proxy(list(obj.values()))
+    return None
+
+
+def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable[[F], F]:
+    """Declare ``eager`` as an intrinsic lowered by ``lower(ctx, *args, **kwargs)``."""
+
+    def deco(eager: F) -> F:
+        @functools.wraps(eager)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            proxy = _find_proxy((args, kwargs))
+            if proxy is not None:
+                return proxy.tracer.create_proxy("call_function", wrapper, args, kwargs)
+            return eager(*args, **kwargs)
+
+        wrapper.__tw_intrinsic__ = IntrinsicInfo(eager, lower, machine)  # type: ignore[attr-defined]
+        INTRINSICS.append(wrapper)
+        return cast(F, wrapper)
+
+    return deco
+
+
+def info(target: object) -> IntrinsicInfo | None:
+    return getattr(target, "__tw_intrinsic__", None)
+
+
+def _col(v: torch.Tensor) -> torch.Tensor:
+    return v if v.dim() == 2 else v.reshape(v.shape[0], -1)
+
+
+def _code(token: str | float | int) -> float:
+    return float(current_vocab()[token]) if isinstance(token, str) else float(token)
+
+
+# -- token intrinsics ------------------------------------------------------------------------------
+def _tokens(spec: str | Sequence[str]) -> list[str]:
+    return [spec] if isinstance(spec, str) and (len(spec) == 1 or spec.startswith("<")) \
+        else list(spec)
+
+
+def _lower_is_token(ctx: LowerCtx, x: Stream, tokens: str | Sequence[str]) -> Stream:
+    ids = {ctx.vocab[t] for t in _tokens(tokens)}
+    col = sum((x.cols[i] for i in ids), Lin())
+    return Stream([col], [BOOL], True)
+
+
+@intrinsic(_lower_is_token)
+def is_token(x: torch.Tensor, tokens: str | Sequence[str]) -> torch.Tensor:
+    """1.0 where the token is ``tokens`` (one token, or any of several), else 0.0: ``[seq, 1]``."""
+    vocab = current_vocab()
+    return sum((x[:, vocab[t]] for t in _tokens(tokens)), torch.zeros(x.shape[0]))[:, None]
+
+
+def token(name: str) -> float:
+    """The code (id) of a token, as a constant: ``torch.where(c, tw.token("1"), tw.token("0"))``."""
+    return _code(name)
+
+
+def _lower_code(ctx: LowerCtx, x: Stream) -> Stream:
+    col = sum((c * float(i) for i, c in enumerate(x.cols)), Lin())
+    return Stream([col], [Interval(0, len(ctx.vocab) - 1, True)])
+
+
+@intrinsic(_lower_code)
+def code(x: torch.Tensor) -> torch.Tensor:
+    """The token code (id) at each position, ``[seq, 1]``."""
+    return (x * torch.arange(x.shape[1], dtype=x.dtype)).sum(-1, keepdim=True)
+
+
+# -- lookup ---------------------------------------------------------------------------------------
+def _table_value(value: str | float | int) -> float:
+    return _code(value) if isinstance(value, str) else float(value)
+
+
+def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 0.0) -> Stream:
+    fallback = _table_value(default)
+    if ctx.node.args[0] is _input_node(ctx):  # the token stream itself: a per-token table
+        row = [fallback] * len(ctx.vocab)
+        for key, value in table.items():
+            row[ctx.vocab[key]] = _table_value(value)
+        col = sum((c * row[i] for i, c in enumerate(v.cols)), Lin())
+        return Stream([col], [_hull(row)])
+    if v.width != 1:
+        raise ctx.error(f"lookup keys must be one column, got width {v.width}")
+    entries = {int(k): _table_value(val) for k, val in table.items()}
+    bank = ctx.bank(1)
+    try:
+        ffn.lookup(bank, 0, v.cols[0], v.ranges[0], entries, fallback)
+    except ffn.RangeError as e:
+        raise ctx.error(str(e), "declare the key's range with tw.claim(v, lo, hi)") from None
+    rng = _hull([fallback, *entries.values()])
+    return Stream(ctx.finish(bank, [rng]), [rng])
+
+
+def _input_node(ctx: LowerCtx) -> torch.fx.Node:
+    return next(n for n in ctx.node.graph.nodes if n.op == "placeholder")
+
+
+def _hull(values: Sequence[float]) -> Interval:
+    return Interval(min(values), max(values), all(float(v).is_integer() for v in values))
+
+
+@intrinsic(_lower_lookup)
+def lookup(v: torch.Tensor, table: dict, default: str | float = 0.0) -> torch.Tensor:
+    """``table[key]`` at each position, ``default`` for keys not in the table.
+
+    On the token stream ``x`` the keys are tokens (a per-token table, free in the embedding);
+    on an integer-valued ``[seq, 1]`` stream the keys are integers. Values may be numbers or
+    token names (their codes).
+    """
+    fallback = _table_value(default)
+    if v.dim() == 2 and v.shape[1] == len(current_vocab()) and v.shape[1] > 1:
+        vocab = current_vocab()
+        row = torch.full((len(vocab),), fallback)
+        for key, value in table.items():
+            row[vocab[key]] = _table_value(value)
+        return (v @ row)[:, None]
+    keys = _col(v)[:, 0].round().long().tolist()
+    values = {int(k): _table_value(val) for k, val in table.items()}
+    return torch.tensor([values.get(k, fallback) for k in keys])[:, None]
+
+
+# -- attention intrinsics ---------------------------------------------------------------------------
+def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
+    if not isinstance(k, int) or k < 0:
+        raise ctx.error(f"shift offset must be a constant int >= 0, got {k!r}")
+    if k == 0:
+        return v
+    try:
+        cols = attention.shift(ctx.prog, ctx.geom, v.cols, v.ranges, k, ctx.name, ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    return Stream(cols, v.ranges, v.is_bool)
+
+
+@intrinsic(_lower_shift)
+def shift(v: torch.Tensor, k: int) -> torch.Tensor:
+    """``v`` at position i - k; the BOS row (position 0) where i - k < 0."""
+    v = _col(v)
+    idx = (torch.arange(v.shape[0]) - k).clamp(min=0)
+    return v[idx]
+
+
+def _lower_latch(ctx: LowerCtx, v: Stream, when: Stream) -> Stream:
+    if when.width != 1 or not when.ranges[0].is_bool:
+        raise ctx.error("latch's `when` must be a 0/1 stream of width 1",
+                        "build it from tw.is_token, comparisons, & | ~")
+    bos_when = ctx.bos_row(1)
+    when_at_bos = float(bos_when.reshape(-1)[0]) if bos_when is not None else 0.0
+    # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
+    valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
+    try:
+        cols = attention.latch(ctx.prog, ctx.geom, v.cols, v.ranges, valid, ctx.name, ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    return Stream(cols, v.ranges, v.is_bool)
+
+
+def _onehot(ctx: LowerCtx) -> Stream:
+    return cast(Stream, _input_node(ctx).meta["tw_stream"])
+
+
+@intrinsic(_lower_latch)
+def latch(v: torch.Tensor, when: torch.Tensor) -> torch.Tensor:
+    """``v`` at the most recent position j <= i where ``when`` is 1; the BOS row counts as
+    such a position, so before the first ``when`` the result is ``v`` at BOS."""
+    v, w = _col(v), _col(when)[:, 0]
+    marks = torch.where(w > 0.5, torch.arange(len(w)), torch.zeros_like(w, dtype=torch.long))
+    return v[torch.cummax(marks, dim=0).values]
+
+
+# -- output -----------------------------------------------------------------------------------------
+def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
+                default: str | float = "<eos>") -> Stream:
+    if trigger.width != 1 or not trigger.ranges[0].is_bool:
+        raise ctx.error("emit's trigger must be a 0/1 stream of width 1")
+    fallback = _table_value(default)
+    items = [to_stream(_table_value(s) if isinstance(s, str) else s, 1) for s in seq]
+    flags = [trigger.cols[0]]
+    for k in range(1, len(items)):
+        flags.append(_lower_shift(ctx, trigger, k).cols[0])
+    bank = ctx.bank(1)
+    bank.const(0, fallback)
+    rng = Interval.point(fallback)
+    for k, item in enumerate(items):
+        # item k is printed where trigger[i-k] = 1 and no nearer trigger exists:
+        # off = 1 - f_k + sum_{j<k} f_j is 0 exactly there and >= 1 elsewhere.
+        off = 1.0 - flags[k] + sum(flags[:k], Lin())
+        ffn.gated(bank, 0, item.cols[0] - fallback, item.ranges[0].shift(-fallback), off)
+        rng = rng.hull(item.ranges[0])
+    return Stream(ctx.finish(bank, [rng]), [rng])
+
+
+@intrinsic(_lower_emit)
+def emit(trigger: torch.Tensor, seq: Sequence[Any], default: str | float = "<eos>") -> torch.Tensor:
+    """The output stream: ``seq[k]`` at position t + k after the most recent trigger t (for k <
+    len(seq)), ``default`` elsewhere. Items are code streams ``[seq, 1]``, numbers or token
+    names; the value at position i is the code of the token the model predicts next."""
+    trig = _col(trigger)[:, 0]
+    n = trig.shape[0]
+    fallback = _table_value(default)
+    items = [torch.full((n,), _table_value(s)) if isinstance(s, (str, int, float))
+             else _col(s)[:, 0] for s in seq]
+    out = torch.full((n,), fallback)
+    last = -1
+    for i in range(n):
+        if trig[i] > 0.5:
+            last = i
+        if last >= 0 and i - last < len(items):
+            out[i] = items[i - last][i]
+    return out[:, None]
+
+
+# -- declarations -------------------------------------------------------------------------------------
+def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool = False) -> Stream:
+    rng = Interval(float(lo), float(hi), integral)
+    return Stream(v.cols, [rng] * v.width, v.is_bool)
+
+
+@intrinsic(_lower_claim)
+def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torch.Tensor:
+    """Declare that every value of ``v`` lies in [lo, hi] (and is an integer if ``integral``);
+    checked here, trusted by the compiler to size its constructions."""
+    if v.numel() and (v.min() < lo or v.max() > hi):
+        raise AssertionError(f"tw.claim violated: values in [{float(v.min())}, "
+                             f"{float(v.max())}] outside [{lo}, {hi}]")
+    if integral and not torch.equal(v, v.round()):
+        raise AssertionError("tw.claim violated: non-integer values in an integral claim")
+    return v
+

@@ -1,0 +1,1 @@
+"""fx graph -> primitive graph."""

@@ -1,0 +1,55 @@
+"""What a lowering rule sees: the program being built, the geometry, the current fx node."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+from torchwright_fx.capture.errors import CompileError, node_error, node_source
+from torchwright_fx.ir.graph import Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.ops.lanes import Bank
+from torchwright_fx.vocab import Vocab
+
+
+@dataclass
+class LowerCtx:
+    prog: Program
+    geom: Geometry
+    vocab: Vocab
+    node: torch.fx.Node
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def source(self) -> str:
+        return node_source(self.node)
+
+    @property
+    def out_width(self) -> int:
+        return int(self.node.meta["tw_width"])
+
+    def bank(self, n_outputs: int) -> Bank:
+        return Bank(self.prog.machine, n_outputs)
+
+    def finish(self, bank: Bank, ranges: Sequence[Interval]) -> list[Lin]:
+        return bank.finish(self.prog, ranges, self.name, self.source)
+
+    def error(self, what: str, advice: str = "") -> CompileError:
+        return node_error(self.node, what, advice)
+
+    def bos_row(self, arg_index: int) -> torch.Tensor | None:
+        """The value of the arg-th argument at the BOS position (known at compile time:
+        position 0 sees only the BOS token)."""
+        arg = self.node.args[arg_index]
+        if isinstance(arg, torch.fx.Node):
+            row = arg.meta.get("tw_bos")
+            return row if isinstance(row, torch.Tensor) else None
+        return None

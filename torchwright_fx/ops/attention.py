@@ -1,0 +1,212 @@
+"""Attention-head constructions and the RoPE geometry they share (DESIGN §5).
+
+Position enters only through RoPE. Each head has ``ROTARY_DIMS`` = 4 rotary dims in Phi-3's
+``rotate_half`` layout: plane (0, 2) turns at frequency 1 and is left at zero, plane (1, 3)
+turns at ``theta = pi / max_seq_len`` (set through ``rope_theta``). A query ``A*(cos(theta*k),
+-sin(theta*k))`` against the key ``(1, 0)`` gives the logit ``A*cos(theta*(i - j - k))`` between
+positions i and j: a single cosine lobe that peaks at distance k and falls monotonically on
+both sides over the whole context, because ``theta * max_seq_len <= pi``. With amplitude
+``A = margin / (1 - cos theta)`` the winner leads every other key by at least ``margin``, so
+its softmax weight is exactly 1.0 in fp32 and every other weight exactly 0.0.
+
+- ``shift(v, k)``: the lobe at distance k. For i < k every key is on the rising side and the
+  one nearest distance k is the BOS row: the contract "BOS row when i - k < 0" for free.
+- ``latch(v, when)``: the lobe at distance 0 (most recent wins) plus a content term
+  ``C * valid_j`` on the position-free NoPE tail, with ``C = 2A + margin`` so every valid key
+  beats every invalid one. The BOS row always counts as valid, the fallback when no earlier
+  position has ``when``.
+
+``check_margins`` replays the logits in fp32 exactly as Phi-3 computes them, for every query
+position up to ``max_seq_len``, and refuses a geometry whose measured gap is below
+``ATTENTION_MARGIN``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from torchwright_fx.ir.graph import Head, Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ops.numerics import ATTENTION_MARGIN, ROTARY_DIMS, is_power_of_two
+
+# The amplitude is sized for this multiple of the margin in exact arithmetic; the rest is
+# headroom for fp32 rounding of the rotary tables and the dot products, which check_margins
+# measures rather than assumes.
+AMPLITUDE_HEADROOM = 1.5
+LOW_PLANE = (1, 3)  # (a, b) dims of the low-frequency rotary plane in rotate_half layout
+
+
+class GeometryError(ValueError):
+    """The chosen d_head / max_seq_len cannot host the attention constructions exactly."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    d_head: int
+    max_seq_len: int
+
+    def __post_init__(self) -> None:
+        if not is_power_of_two(self.d_head) or self.d_head < 2 * ROTARY_DIMS:
+            raise GeometryError(
+                f"d_head={self.d_head}: use a power of two >= {2 * ROTARY_DIMS} (the rotary "
+                f"fraction {ROTARY_DIMS}/d_head must be exact and the NoPE tail non-empty)"
+            )
+        if self.max_seq_len < 2:
+            raise GeometryError(f"max_seq_len={self.max_seq_len}: need at least 2 positions")
+
+    @property
+    def partial_rotary_factor(self) -> float:
+        return ROTARY_DIMS / self.d_head
+
+    @property
+    def rope_theta(self) -> float:
+        # inv_freq[1] = rope_theta ** (-2/4) = pi / max_seq_len
+        return (self.max_seq_len / math.pi) ** 2
+
+    @property
+    def theta(self) -> float:
+        """The low plane's frequency exactly as Phi-3 computes it (fp32)."""
+        return float(_inv_freq(self.rope_theta)[1])
+
+    @property
+    def amplitude(self) -> float:
+        return AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (1.0 - math.cos(self.theta))
+
+    @property
+    def validity(self) -> float:
+        """Content gain C that puts every valid key above every invalid one."""
+        return 2.0 * self.amplitude + AMPLITUDE_HEADROOM * ATTENTION_MARGIN
+
+    @property
+    def tail(self) -> int:
+        """Number of position-free (NoPE) dims per head."""
+        return self.d_head - ROTARY_DIMS
+
+
+def _inv_freq(rope_theta: float) -> torch.Tensor:
+    # Phi-3's default RoPE initialisation, replayed for the margin check.
+    return 1.0 / (rope_theta ** (torch.arange(0, ROTARY_DIMS, 2, dtype=torch.float) / ROTARY_DIMS))
+
+
+def _query_rotary(geom: Geometry, offset: int) -> tuple[float, float]:
+    a = geom.amplitude
+    return a * math.cos(geom.theta * offset), -a * math.sin(geom.theta * offset)
+
+
+# -- margin check --------------------------------------------------------------------------------
+@lru_cache(maxsize=256)
+def measured_gap(geom: Geometry, offset: int, with_validity: bool) -> tuple[float, int]:
+    """Smallest fp32 logit gap (winner minus runner-up) over all query positions, and the
+    query position where it occurs, replaying Phi-3's RoPE and dot product in fp32."""
+    n = geom.max_seq_len
+    pos = torch.arange(n, dtype=torch.float)
+    freqs = pos[:, None] * _inv_freq(geom.rope_theta)[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        half = torch.cat([-x[..., ROTARY_DIMS // 2 :], x[..., : ROTARY_DIMS // 2]], dim=-1)
+        return x * cos + half * sin
+
+    q = torch.zeros(n, ROTARY_DIMS)
+    qa, qb = _query_rotary(geom, offset)
+    q[:, LOW_PLANE[0]], q[:, LOW_PLANE[1]] = qa, qb
+    k = torch.zeros(n, ROTARY_DIMS)
+    k[:, LOW_PLANE[0]] = 1.0
+    logits = rotate(q) @ rotate(k).T
+    if with_validity:
+        logits = logits + torch.tensor(geom.validity, dtype=torch.float)
+    logits = logits.double()
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    logits = logits.masked_fill(~causal, -math.inf)
+    i = torch.arange(n)
+    target = (i - offset).clamp(min=0)
+    best = logits[i, target]
+    others = logits.clone()
+    others[i, target] = -math.inf
+    runner_up = others.max(dim=1).values
+    gap = (best - runner_up).masked_fill(i == 0, math.inf)  # position 0 has a single key
+    worst = int(torch.argmin(gap))
+    return float(gap[worst]), worst
+
+
+def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -> float:
+    """Raise GeometryError unless the head selects its key exactly at every position."""
+    if offset >= geom.max_seq_len:
+        raise GeometryError(f"shift by {offset} >= max_seq_len={geom.max_seq_len}")
+    gap, where = measured_gap(geom, offset, with_validity)
+    if gap < ATTENTION_MARGIN:
+        ok = largest_working_length(geom.d_head, offset, with_validity)
+        raise GeometryError(
+            f"attention margin too small: offset {offset} at max_seq_len={geom.max_seq_len} "
+            f"leaves an fp32 logit gap of {gap:.1f} at position {where} (< {ATTENTION_MARGIN}); "
+            f"the largest max_seq_len that works for this construction is {ok}"
+        )
+    return gap
+
+
+def largest_working_length(d_head: int, offset: int, with_validity: bool) -> int:
+    lo, hi = max(offset + 1, 2), 1 << 16
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measured_gap(Geometry(d_head, mid), offset, with_validity)[0] >= ATTENTION_MARGIN:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# -- head builders ---------------------------------------------------------------------------------
+def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    qa, qb = _query_rotary(geom, offset)
+    q[LOW_PLANE[0]], q[LOW_PLANE[1]] = Lin.constant(qa), Lin.constant(qb)
+    k[LOW_PLANE[0]] = Lin.constant(1.0)
+    return q, k
+
+
+def _heads(
+    prog: Program,
+    geom: Geometry,
+    q: list[Lin],
+    k: list[Lin],
+    values: list[Lin],
+    ranges: list,
+    name: str,
+    source: str,
+) -> list[Lin]:
+    """Heads with the given Q/K copying ``values`` (split across heads of d_head values)."""
+    out: list[Lin] = []
+    for start in range(0, len(values), geom.d_head):
+        chunk = values[start : start + geom.d_head]
+        hid = prog.next_producer_id()
+        sigs = [
+            prog.new_signal(hid, ranges[start + c], f"{name}[{start + c}]", source)
+            for c in range(len(chunk))
+        ]
+        prog.add(Head(hid, list(q), list(k), list(chunk), sigs, name, source))
+        out.extend(Lin.of(s) for s in sigs)
+    return out
+
+
+def shift(prog: Program, geom: Geometry, values: list[Lin], ranges: list, offset: int,
+          name: str, source: str) -> list[Lin]:
+    """Each value at position i - offset (the BOS row when i < offset)."""
+    check_margins(geom, offset)
+    q, k = _positional_qk(geom, offset)
+    return _heads(prog, geom, q, k, values, ranges, name, source)
+
+
+def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: Lin,
+          name: str, source: str) -> list[Lin]:
+    """Each value at the most recent position j <= i with ``valid_j`` = 1 (0/1 signal)."""
+    check_margins(geom, 0, with_validity=True)
+    q, k = _positional_qk(geom, 0)
+    q[ROTARY_DIMS] = Lin.constant(geom.validity)
+    k[ROTARY_DIMS] = valid
+    return _heads(prog, geom, q, k, values, ranges, name, source)

@@ -1,0 +1,62 @@
+"""A bank of MLP lanes being assembled into one FFN producer.
+
+The two machines differ only here. A lane is ``act(gate) * up``:
+- SwiGLU (Phi-3): act = SiLU. ``hinge(z) = SiLU(S*z) * (1/S)`` (see numerics.SILU_SCALE), and
+  the gate-times-up form gives exact products and range-free selects.
+- ReLU: act = ReLU, ``up`` is always the constant 1; ``hinge`` is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torchwright_fx.ir.graph import FFN, Lane, MachineKind, Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ops.numerics import SILU_SCALE
+
+
+class Bank:
+    def __init__(self, machine: MachineKind, n_outputs: int):
+        self.machine = machine
+        self.lanes: list[Lane] = []
+        self._index: dict[Lane, int] = {}
+        self.outs: list[dict[int, float]] = [{} for _ in range(n_outputs)]
+        self.consts: list[float] = [0.0] * n_outputs  # folded into the readers' affine forms
+
+    def lane(self, out: int, gate: Lin, up: Lin, weight: float = 1.0) -> None:
+        """Add ``weight * act(gate) * up`` to output ``out`` (identical lanes are shared)."""
+        key = Lane(gate, up)
+        idx = self._index.get(key)
+        if idx is None:
+            idx = self._index[key] = len(self.lanes)
+            self.lanes.append(key)
+        self.outs[out][idx] = self.outs[out].get(idx, 0.0) + weight
+
+    def hinge(self, out: int, z: Lin, weight: float = 1.0) -> None:
+        """Add ``weight * relu(z)`` (SwiGLU: within 0.28/S, exact once S*|z| is saturated)."""
+        if self.machine == "swiglu":
+            self.lane(out, z * SILU_SCALE, Lin.constant(1.0 / SILU_SCALE), weight)
+        else:
+            self.lane(out, z, Lin.constant(1.0), weight)
+
+    def const(self, out: int, value: float) -> None:
+        self.consts[out] += value
+
+    def finish(self, prog: Program, ranges: Sequence[Interval], name: str, source: str) -> list[Lin]:
+        pid = prog.next_producer_id()
+        outputs: dict[int, dict[int, float]] = {}
+        result: list[Lin] = []
+        for o, weights in enumerate(self.outs):
+            weights = {lane: w for lane, w in weights.items() if w != 0.0}
+            if not weights:
+                result.append(Lin.constant(self.consts[o]))
+                continue
+            # The signal holds the lane sum; the constant part stays in the affine form.
+            rng = ranges[o].shift(-self.consts[o])
+            sid = prog.new_signal(pid, rng, f"{name}[{o}]", source)
+            outputs[sid] = weights
+            result.append(Lin.of(sid) + self.consts[o])
+        if outputs:
+            prog.add(FFN(pid, list(self.lanes), outputs, name, source))
+        return result

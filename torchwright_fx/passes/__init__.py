@@ -1,0 +1,1 @@
+"""Small rewrites of the primitive graph, each a function Program -> Program."""

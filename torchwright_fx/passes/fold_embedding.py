@@ -1,0 +1,47 @@
+"""Fold affine reads of per-token features into single embedding columns.
+
+``x @ W``, ``tw.is_token(x, "0") + tw.is_token(x, "1")`` and the like are functions of the
+token alone, so the embedding can hold each one in one column instead of keeping every one-hot
+column alive for its readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval
+
+
+def fold_embedding(prog: Program) -> Program:
+    cache: dict[tuple, Lin] = {}
+
+    def fold(lin: Lin) -> Lin:
+        if len(lin.terms) < 2 or any(prog.signals[s].producer != EMBED for s in lin.terms):
+            return lin
+        key = lin.key()
+        if key not in cache:
+            n = len(prog.vocab)
+            table = tuple(sum(c * prog.embed_tables[s][t] for s, c in lin.terms.items())
+                          for t in range(n))
+            first = prog.signals[next(iter(lin.terms))]
+            rng = Interval(min(table), max(table), all(float(v).is_integer() for v in table))
+            cache[key] = prog.embed(table, rng, f"embed({first.name}...)", first.source) \
+                + lin.const
+        return cache[key]
+
+    rewrite_lins(prog, fold)
+    return prog
+
+
+def rewrite_lins(prog: Program, fn: Callable[[Lin], Lin]) -> None:
+    """Apply ``fn`` to every affine read in the program (producers, output, views)."""
+    for pid, p in list(prog.producers.items()):
+        if isinstance(p, FFN):
+            p.lanes = [Lane(fn(lane.gate), fn(lane.up)) for lane in p.lanes]
+        elif isinstance(p, Head):
+            p.q, p.k, p.v = [fn(x) for x in p.q], [fn(x) for x in p.k], [fn(x) for x in p.v]
+        prog.producers[pid] = p
+    prog.output = fn(prog.output)
+    prog.views = {name: [fn(c) for c in cols] for name, cols in prog.views.items()}

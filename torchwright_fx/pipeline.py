@@ -1,0 +1,82 @@
+"""The compiler as a chain of plain stages (DESIGN §3); each can be run and inspected alone.
+
+    fn --capture--> fx.GraphModule --propagate--> annotated fx graph
+       --lower--> Program --passes--> Program --schedule--> Plan --columns--> Plan
+       --emit--> Machine --backends--> runtime | Hugging Face directory | ONNX
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.fx
+
+from torchwright_fx.capture.propagate import propagate
+from torchwright_fx.capture.tracer import capture
+from torchwright_fx.emit.emitter import emit
+from torchwright_fx.emit.machine import Machine
+from torchwright_fx.ir.graph import MachineKind, Program
+from torchwright_fx.lower.lowering import lower
+from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.passes.dce import eliminate_dead
+from torchwright_fx.passes.fold_embedding import fold_embedding
+from torchwright_fx.schedule import bounds, columns, heuristic
+from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.vocab import Vocab
+
+
+@dataclass
+class Options:
+    d_model: int | None = None  # None: the smallest power of two that fits
+    d_head: int = 16
+    max_seq_len: int = 512
+    optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
+    machine: MachineKind | None = None  # None: from the op library used, else swiglu
+
+
+@dataclass
+class Build:
+    program: Program
+    plan: Plan
+    machine: Machine
+    seconds: dict[str, float] = field(default_factory=dict)
+    critical_path_layers: int = 0
+    peak_live_width: int = 0
+
+
+def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
+    return propagate(capture(fn, vocab), vocab)
+
+
+def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
+    geom = Geometry(opts.d_head, opts.max_seq_len)
+    prog = lower(gm, vocab, geom, opts.machine)
+    return eliminate_dead(fold_embedding(prog))
+
+
+def schedule_program(prog: Program, opts: Options) -> Plan:
+    plan = heuristic.schedule(prog)
+    if opts.optimize > 0:
+        from torchwright_fx.schedule import cpsat  # imported lazily: OR-Tools is slow to load
+
+        plan = cpsat.schedule(prog, plan, opts.optimize)
+    plan = columns.allocate(prog, plan, opts.d_model)
+    plan.check(prog)
+    return plan
+
+
+def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    prog = lower_program(gm, vocab, opts)
+    t1 = time.perf_counter()
+    plan = schedule_program(prog, opts)
+    t2 = time.perf_counter()
+    machine = emit(prog, plan, Geometry(opts.d_head, opts.max_seq_len))
+    t3 = time.perf_counter()
+    seconds.update(lower=t1 - t0, schedule=t2 - t1, emit=t3 - t2)
+    return Build(prog, plan, machine, seconds, bounds.critical_path_layers(prog),
+                 bounds.peak_live_width(prog, plan))

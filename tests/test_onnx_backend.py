@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,15 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import AutoModelForCausalLM, Phi3Config, Phi3ForCausalLM
 
 import torchwright_fx.onnx as twx
+from torchwright_fx.backends import onnx as onnx_backend
 from torchwright_fx.backends.onnx import OnnxRunner, SequenceTooLongError
 
 SPECIAL = ["<unk>", "<bos>", "<eos>"]
 CHARS = list("01\nabcdef")
 UNK, BOS, EOS = 0, 1, 2
-MAX_LEN = 32
-PROMPTS = ["1011\n", "0", "abc\nfed\n", "10\n01\nab", "f" * 20]
+MAX_POS = 32  # the config's max_position_embeddings
+MAX_LEN = 24  # the exported cache: an explicit max_seq_len below MAX_POS
+PROMPTS = ["1011\n", "0", "abc\nfed\n", "10\n01\nab", "f" * 16]
 REL_TOL = 1e-4
 
 
@@ -55,8 +57,8 @@ def _tiny_phi3() -> Phi3ForCausalLM:
         num_attention_heads=4,
         num_key_value_heads=4,
         head_dim=16,
-        max_position_embeddings=MAX_LEN,
-        original_max_position_embeddings=MAX_LEN,
+        max_position_embeddings=MAX_POS,
+        original_max_position_embeddings=MAX_POS,
         rope_parameters={
             "rope_type": "default",
             "rope_theta": 10000.0,
@@ -87,7 +89,7 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     hf_dir.mkdir()
     _tiny_phi3().save_pretrained(hf_dir)
     _write_tokenizer(hf_dir)
-    assert twx.export(hf_dir, onnx_dir) == onnx_dir
+    assert twx.export(hf_dir, onnx_dir, max_seq_len=MAX_LEN) == onnx_dir.resolve()
     return hf_dir, onnx_dir
 
 
@@ -157,6 +159,13 @@ def test_files_written(dirs: tuple[Path, Path]) -> None:
     assert spec["outputs"][:3] == ["logits", "present.0.key", "present.0.value"]
 
 
+def test_default_max_seq_len() -> None:
+    """Without max_seq_len the cache covers max_position_embeddings."""
+    assert onnx_backend._max_seq_len(_tiny_phi3().config, None) == MAX_POS
+    with pytest.raises(ValueError):
+        onnx_backend._max_seq_len(_tiny_phi3().config, 0)
+
+
 def test_teacher_forced_logits(runner: OnnxRunner, hf_model: Any) -> None:
     """Prefill logits match HF on text prompts and random ids up to the full cache."""
     rng = np.random.default_rng(0)
@@ -220,14 +229,18 @@ def test_greedy_matches_hf_generate(runner: OnnxRunner, hf_model: Any) -> None:
         assert " " not in text
 
 
-def test_stops_at_eos(runner: OnnxRunner, hf_model: Any) -> None:
-    """Generation ends right after an eos id (here: a token the model does produce)."""
+def test_stops_at_eos(
+    dirs: tuple[Path, Path], runner: OnnxRunner, hf_model: Any, tmp_path: Path
+) -> None:
+    """Generation ends right after an eos id (runner.json edited to a token the model emits)."""
+    stop_dir = tmp_path / "stop"
+    shutil.copytree(dirs[1], stop_dir)
+    spec = json.loads((stop_dir / "runner.json").read_text())
     ids = runner.encode("1011\n")
     want = _hf_greedy(hf_model, ids, 10)
-    stopper = dataclasses.replace(runner.spec, eos_token_ids=[want[3]])
-    runner_copy = object.__new__(OnnxRunner)
-    runner_copy.__dict__.update(runner.__dict__, spec=stopper)
-    got = runner_copy.generate_ids(ids)
+    spec["eos_token_ids"] = [want[3]]
+    (stop_dir / "runner.json").write_text(json.dumps(spec))
+    got = twx.load(stop_dir).generate_ids(ids)
     assert got == want[: want.index(want[3]) + 1]
 
 
@@ -238,6 +251,8 @@ def test_prompt_too_long(runner: OnnxRunner) -> None:
         runner.logits(ids)
     with pytest.raises(ValueError):
         runner.generate("0" * MAX_LEN)
+    with pytest.raises(SequenceTooLongError, match="leaves no room"):
+        runner.generate_ids(ids[:MAX_LEN])  # full cache: not even one token fits
     assert runner.logits(ids[:MAX_LEN]).shape == (MAX_LEN, len(SPECIAL) + len(CHARS))
 
 

@@ -14,7 +14,9 @@ HF's own attention and rotary helpers, so the arithmetic matches the eager fp32 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,6 +39,7 @@ COPIED_FILES = (
 )
 FORMAT_VERSION = 1
 INTRA_OP_THREADS = 2
+StrPath = str | os.PathLike[str]
 _MASK_MIN = torch.finfo(torch.float32).min  # what HF's eager mask puts on blocked pairs
 _DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 # Harmless exporter warnings: one Dim names both inputs; a torch-internal pytree notice.
@@ -288,26 +291,60 @@ def _rope_tables(model: Any, max_seq_len: int) -> tuple[torch.Tensor, torch.Tens
 # ------------------------------------------------------------------------- export
 
 
-def export_onnx(hf_dir: str | Path, out_dir: str | Path, *, max_seq_len: int | None = None) -> Path:
+def export_onnx(hf_dir: StrPath, out_dir: StrPath, *, max_seq_len: int | None = None) -> Path:
     """Export the Phi-3 checkpoint in ``hf_dir`` to ONNX graphs and runner files in ``out_dir``.
 
     ``max_seq_len`` (default ``config.max_position_embeddings``) is the number of static
-    cache slots, i.e. the longest prompt plus generation the runner accepts. Returns
-    ``out_dir`` as a `Path`.
+    cache slots, i.e. the longest prompt plus generation the runner accepts. The directory
+    is written beside ``out_dir`` and moved into place only once complete (replacing any
+    previous export). Returns the resolved ``out_dir``.
     """
-    hf_path, out_path = Path(hf_dir), Path(out_dir)
+    hf_path, target = Path(hf_dir), Path(out_dir).resolve()
+    if target == hf_path.resolve():
+        raise ValueError(f"out_dir must differ from hf_dir ({target})")
     model = _load_model(hf_path)
-    seq_len = int(max_seq_len or model.config.max_position_embeddings)
+    seq_len = _max_seq_len(model.config, max_seq_len)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        _write_bundle(model, hf_path, staging, seq_len)
+        _publish(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _max_seq_len(config: Any, requested: int | None) -> int:
+    """The cache length: ``requested`` or the model's ``max_position_embeddings``."""
+    seq_len = int(config.max_position_embeddings if requested is None else requested)
     if seq_len < 1:
         raise ValueError(f"max_seq_len must be >= 1, got {seq_len}")
-    out_path.mkdir(parents=True, exist_ok=True)
+    return seq_len
+
+
+def _write_bundle(model: Any, hf_path: Path, out_path: Path, seq_len: int) -> None:
+    """Write both graphs, the tokenizer files and ``runner.json`` into ``out_path``."""
     core = _StaticCachePhi3(model, seq_len).eval()
     spec = _runner_spec(hf_path, model.config, seq_len)
     _export_prefill(core, spec, out_path / spec.prefill_file)
     _export_decode(core, spec, out_path / spec.decode_file)
     _copy_tokenizer(hf_path, out_path)
     spec.save(out_path / RUNNER_FILE)
-    return out_path
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Make ``staging`` readable and move it to ``target``, replacing an old export."""
+    staging.chmod(0o755)  # mkdtemp creates 0700; an export is ordinary shared data
+    for path in staging.iterdir():
+        path.chmod(0o644)
+    if not target.exists():
+        os.replace(staging, target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    os.replace(target, old / "previous")
+    os.replace(staging, target)
+    shutil.rmtree(old)
 
 
 def _load_model(hf_path: Path) -> Any:
@@ -409,7 +446,7 @@ def _copy_tokenizer(hf_path: Path, out_path: Path) -> None:
 class OnnxRunner:
     """Greedy generation and teacher-forced logits from an `export_onnx` directory."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: StrPath) -> None:
         from tokenizers import Tokenizer
 
         self.path = Path(path)
@@ -422,20 +459,22 @@ class OnnxRunner:
 
     def logits(self, input_ids: Sequence[int]) -> np.ndarray:
         """Teacher-forced logits ``[T, V]`` for every position of ``input_ids`` (prefill)."""
-        ids = self._check_prompt(input_ids)
-        logits, _ = self._run_prefill(ids)
+        logits, _ = self._run_prefill(self._check_prompt(input_ids))
         return logits[0]
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
         """Greedy-decode after ``ids``; return only the new ids (eos included if produced).
 
-        With ``max_new_tokens=None`` decoding runs until eos and raises
-        `SequenceTooLongError` if the cache fills first. An explicit ``max_new_tokens``
-        that cannot fit is rejected before anything runs.
+        Prompt plus generated tokens may not exceed ``max_seq_len``. With
+        ``max_new_tokens=None`` decoding runs until eos and raises `SequenceTooLongError`
+        when one more token would pass the limit; an explicit ``max_new_tokens`` that
+        cannot fit is rejected before anything runs.
         """
         prompt = self._check_prompt(ids)
         length = prompt.shape[1]
         budget = self._budget(length, max_new_tokens)
+        if budget == 0:
+            return []
         logits, cache = self._run_prefill(prompt)
         new: list[int] = []
         while True:
@@ -448,8 +487,7 @@ class OnnxRunner:
 
     def generate(self, text: str, max_new_tokens: int | None = None) -> str:
         """Greedy-decode after ``text``; return only the new text, special tokens skipped."""
-        ids = self.tokenizer.encode(text).ids
-        return self.decode(self.generate_ids(ids, max_new_tokens))
+        return self.decode(self.generate_ids(self.encode(text), max_new_tokens))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` as the directory's tokenizer produces them."""
@@ -479,11 +517,12 @@ class OnnxRunner:
         return array
 
     def _budget(self, prompt_len: int, max_new_tokens: int | None) -> int | None:
-        """Check an explicit ``max_new_tokens`` against the cache before running."""
+        """Check the room left after the prompt, and an explicit budget, before running."""
         if max_new_tokens is None:
+            self._check_room(prompt_len, 0)
             return None
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if prompt_len + max_new_tokens > self.spec.max_seq_len:
             raise SequenceTooLongError(
                 f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} = "
@@ -492,12 +531,12 @@ class OnnxRunner:
         return max_new_tokens
 
     def _check_room(self, prompt_len: int, generated: int) -> None:
-        """Raise before a further token would go past the last cache slot."""
+        """Raise if one more token would make the sequence longer than ``max_seq_len``."""
         limit = self.spec.max_seq_len
         if prompt_len + generated + 1 > limit:
             raise SequenceTooLongError(
-                f"generation reached max_seq_len={limit} (prompt {prompt_len} tokens + "
-                f"{generated} generated) without producing eos"
+                f"generating past max_seq_len={limit}: prompt of {prompt_len} tokens + "
+                f"{generated} generated leaves no room for another token and no eos came"
             )
 
     # graph calls --------------------------------------------------------------
@@ -506,7 +545,7 @@ class OnnxRunner:
         """Run the prompt graph; return logits ``[1, T, V]`` and the cache tensors."""
         pos = np.arange(ids.shape[1], dtype=np.int64)[None]
         outputs = self._prefill.run(self.spec.outputs, {"input_ids": ids, "position_ids": pos})
-        return outputs[0], list(outputs[1:])
+        return np.asarray(outputs[0]), list(outputs[1:])
 
     def _run_decode(
         self, token: int, slot: int, cache: list[np.ndarray]
@@ -518,7 +557,7 @@ class OnnxRunner:
         }
         feeds.update(zip(self.spec.decode_inputs[2:], cache, strict=True))
         outputs = self._decode.run(self.spec.outputs, feeds)
-        return outputs[0], list(outputs[1:])
+        return np.asarray(outputs[0]), list(outputs[1:])
 
 
 def _session(path: Path) -> Any:
@@ -531,6 +570,6 @@ def _session(path: Path) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def load(path: str | Path) -> OnnxRunner:
+def load(path: StrPath) -> OnnxRunner:
     """Open a directory written by `export_onnx`."""
     return OnnxRunner(path)

@@ -16,7 +16,7 @@ class CompileError(Exception):
     """A program construct that cannot be compiled; the message names the user's line."""
 
 
-def _is_user_file(filename: str) -> bool:
+def is_user_file(filename: str) -> bool:
     path = os.path.abspath(filename)
     return not (path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR)
                 or "site-packages" in path or filename.startswith("<frozen"))
@@ -24,7 +24,7 @@ def _is_user_file(filename: str) -> bool:
 
 def user_frame_from_traceback(tb: TracebackType | None) -> str:
     """The innermost frame of user code in a traceback, as 'file:line: code'."""
-    frames = [f for f in traceback.extract_tb(tb) if _is_user_file(f.filename)]
+    frames = [f for f in traceback.extract_tb(tb) if is_user_file(f.filename)]
     if not frames:
         return "<unknown source>"
     f = frames[-1]
@@ -41,7 +41,7 @@ def node_source(node: torch.fx.Node) -> str:
         if not line.startswith('File "'):
             continue
         filename = line.split('"')[1]
-        if not _is_user_file(filename):
+        if not is_user_file(filename):
             continue
         lineno = line.split(", line ")[1].split(",")[0]
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""

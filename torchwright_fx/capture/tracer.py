@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, user_frame_from_traceback
+from torchwright_fx.capture.errors import CompileError, is_user_file, user_frame_from_traceback
 from torchwright_fx.intrinsics import INTRINSICS, using_vocab
 from torchwright_fx.vocab import Vocab
 
@@ -21,6 +22,11 @@ class TwTracer(torch.fx.Tracer):
     def __init__(self) -> None:
         super().__init__(autowrap_modules=(math,), autowrap_functions=tuple(INTRINSICS))
         self.record_stack_traces = True
+
+    def _filter_traceback_frames(self, summary: traceback.StackSummary) -> traceback.StackSummary:
+        # fx keeps only frames under a module's `forward`; a program is a plain function, so
+        # keep the user's own frames instead.
+        return traceback.StackSummary.from_list([f for f in summary if is_user_file(f.filename)])
 
 
 _CONTROL_FLOW_ADVICE = (

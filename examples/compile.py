@@ -1,0 +1,43 @@
+"""``python -m examples.compile <name> [-o DIR] [--optimize N]``: compile an example to a
+Phi-3 directory, print its report and a few demo generations."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+from examples import NAMES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m examples.compile", description=__doc__)
+    parser.add_argument("name", choices=NAMES)
+    parser.add_argument("-o", "--output", help="directory to write (default: build/<name>_hf)")
+    parser.add_argument("--optimize", type=int, default=0, help="0: heuristic, 1-3: CP-SAT")
+    parser.add_argument("--d-model", type=int, default=None)
+    parser.add_argument("--max-seq-len", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    module = importlib.import_module(f"examples.{args.name}")
+    options = {"optimize": args.optimize}
+    if args.d_model:
+        options["d_model"] = args.d_model
+    if args.max_seq_len:
+        options["max_seq_len"] = args.max_seq_len
+    program = module.make(**options)
+    start = time.perf_counter()
+    program.compile()
+    program.report()
+    out = program.save_pretrained(args.output or f"build/{args.name}_hf")
+    print(f"wrote {out} ({time.perf_counter() - start:.2f}s including the write)")
+    for prompt in module.DEMOS:
+        got, want = program.generate(prompt), module.oracle(prompt)
+        mark = "ok" if got == want else f"WRONG (want {want!r})"
+        print(f"  {prompt!r} -> {got!r} {mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Shared fixtures: each example is compiled once per session and written as a Phi-3
+directory that the tests load through transformers, as a user would."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+class CompiledExample:
+    def __init__(self, name: str, directory: Path):
+        self.module: ModuleType = importlib.import_module(f"examples.{name}")
+        self.program = self.module.program
+        self.directory = self.program.save_pretrained(directory)
+
+
+@pytest.fixture(scope="session")
+def example(tmp_path_factory: pytest.TempPathFactory):
+    cache: dict[str, CompiledExample] = {}
+
+    def get(name: str) -> CompiledExample:
+        if name not in cache:
+            cache[name] = CompiledExample(name, tmp_path_factory.mktemp(name) / "hf")
+        return cache[name]
+
+    return get
+
+
+def load_hf(directory: Path, attn: str | None = None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {} if attn is None else {"attn_implementation": attn}
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
+    return model.eval(), AutoTokenizer.from_pretrained(directory)
+
+
+def hf_generate(model, tokenizer, prompt: str, use_cache: bool = True) -> str:
+    enc = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=False, use_cache=use_cache,
+                             max_length=model.config.max_position_embeddings)
+    return tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)

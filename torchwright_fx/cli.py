@@ -1,0 +1,79 @@
+"""The ``torchwright-fx`` command.
+
+    torchwright-fx compile MODULE[:ATTR] [-o DIR] [--optimize N] [--d-model D] [--max-seq-len N]
+    torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
+    torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
+
+MODULE[:ATTR] names a ``tw.Compiled`` object (ATTR defaults to ``program``), or a module with
+``make(**options)`` returning one, e.g. ``examples.binary_increment``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+from torchwright_fx.api import Compiled
+
+
+def load_program(spec: str, options: dict[str, Any]) -> Compiled:
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if options and hasattr(module, "make") and not attr:
+        return module.make(**options)  # type: ignore[no-any-return]
+    obj = getattr(module, attr or "program")
+    if not isinstance(obj, Compiled):
+        raise SystemExit(f"{spec} is a {type(obj).__name__}, not a tw.Compiled program")
+    return obj
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("optimize", "d_model", "max_seq_len"):
+        value = getattr(args, key, None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchwright-fx", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("compile", "report", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("program", help="MODULE[:ATTR]")
+        p.add_argument("--optimize", type=int)
+        p.add_argument("--d-model", type=int)
+        p.add_argument("--max-seq-len", type=int)
+        if name == "compile":
+            p.add_argument("-o", "--output", required=True)
+        if name == "report":
+            p.add_argument("--json", action="store_true")
+        if name == "run":
+            p.add_argument("prompt")
+            p.add_argument("--reference", action="store_true", help="eager semantics, no weights")
+    args = parser.parse_args(argv)
+    program = load_program(args.program, _options(args))
+
+    if args.command == "compile":
+        program.compile()
+        program.report()
+        print(f"wrote {program.save_pretrained(args.output)}")
+    elif args.command == "report":
+        program.compile()
+        if args.json:
+            print(json.dumps(program.stats(), indent=2, default=str))
+        else:
+            program.report()
+    else:
+        prompt = args.prompt.encode().decode("unicode_escape")
+        print(program.reference(prompt) if args.reference else program.generate(prompt))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -265,3 +265,21 @@ def test_generation_too_long(runner: OnnxRunner) -> None:
     assert len(runner.generate_ids(ids, max_new_tokens=room)) == room
     with pytest.raises(SequenceTooLongError, match=f"max_seq_len={MAX_LEN}"):
         runner.generate("1011\n")  # no eos ever comes (zero eos row)
+
+
+def test_export_rejects_bad_directories(dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Non-Phi-3 configs, missing tokenizers and in-place exports fail before any work."""
+    from transformers import LlamaConfig
+
+    llama = tmp_path / "llama"
+    LlamaConfig().save_pretrained(llama)
+    with pytest.raises(ValueError, match="expected a phi3 checkpoint"):
+        twx.export(llama, tmp_path / "out")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(dirs[0] / "config.json", bare / "config.json")
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        twx.export(bare, tmp_path / "out")
+    with pytest.raises(ValueError, match="must differ"):
+        twx.export(dirs[0], dirs[0])
+    assert not (tmp_path / "out").exists()

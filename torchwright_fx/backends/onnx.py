@@ -56,6 +56,11 @@ class SequenceTooLongError(ValueError):
 # --------------------------------------------------------------------------- names
 
 
+def token_inputs() -> list[str]:
+    """Token and position inputs, first in both graphs."""
+    return ["input_ids", "position_ids"]
+
+
 def cache_names(prefix: str, num_layers: int) -> list[str]:
     """Return ``[prefix.0.key, prefix.0.value, prefix.1.key, ...]`` for every layer."""
     return [f"{prefix}.{n}.{kind}" for n in range(num_layers) for kind in ("key", "value")]
@@ -75,7 +80,7 @@ class RunnerSpec:
     prefill_file: str = PREFILL_FILE
     decode_file: str = DECODE_FILE
     tokenizer_file: str = TOKENIZER_FILE
-    prefill_inputs: list[str] = field(default_factory=lambda: ["input_ids", "position_ids"])
+    prefill_inputs: list[str] = field(default_factory=token_inputs)
     decode_inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     cache_layout: str = "[1, num_kv_heads, max_seq_len, head_dim] float32, slot = position"
@@ -86,14 +91,9 @@ class RunnerSpec:
         """Create a spec, filling the cache input/output names from ``num_layers``."""
         layers = values["num_layers"]
         past = cache_names("past_key_values", layers)
-        values.setdefault("decode_inputs", [*cls.base_inputs(), *past])
+        values.setdefault("decode_inputs", [*token_inputs(), *past])
         values.setdefault("outputs", ["logits", *cache_names("present", layers)])
         return cls(**values)
-
-    @staticmethod
-    def base_inputs() -> list[str]:
-        """Token and position inputs shared by both graphs."""
-        return ["input_ids", "position_ids"]
 
     @property
     def cache_shape(self) -> tuple[int, int, int, int]:
@@ -131,7 +131,7 @@ class _StaticCachePhi3(nn.Module):
         super().__init__()
         from transformers.models.phi3 import modeling_phi3
 
-        self.hf = modeling_phi3
+        self._phi3 = modeling_phi3
         self.model = model
         config = model.config
         self.max_seq_len = max_seq_len
@@ -185,7 +185,7 @@ class _StaticCachePhi3(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``Phi3Attention.forward`` with the cache update done by scatter into slots."""
         query, key, value = self._project(attn, hidden)
-        query, key = self.hf.apply_rotary_pos_emb(query, key, cos, sin)
+        query, key = self._phi3.apply_rotary_pos_emb(query, key, cos, sin)
         query_pos = position_ids[0]
         if past:
             keys = self._write(past[0], key, query_pos)
@@ -197,7 +197,7 @@ class _StaticCachePhi3(nn.Module):
             zeros = key.new_zeros(self.cache_shape())
             present = (self._write(zeros, key, query_pos), self._write(zeros, value, query_pos))
         mask = self._mask(query_pos, key_pos)
-        out, _ = self.hf.eager_attention_forward(
+        out, _ = self._phi3.eager_attention_forward(
             attn, query, keys, values, mask, scaling=attn.scaling, dropout=0.0
         )
         out = out.reshape(*hidden.shape[:-1], -1).contiguous()
@@ -302,6 +302,7 @@ def export_onnx(hf_dir: StrPath, out_dir: StrPath, *, max_seq_len: int | None = 
     hf_path, target = Path(hf_dir), Path(out_dir).resolve()
     if target == hf_path.resolve():
         raise ValueError(f"out_dir must differ from hf_dir ({target})")
+    _check_checkpoint(hf_path)
     model = _load_model(hf_path)
     seq_len = _max_seq_len(model.config, max_seq_len)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -347,15 +348,24 @@ def _publish(staging: Path, target: Path) -> None:
     shutil.rmtree(old)
 
 
+def _check_checkpoint(hf_path: Path) -> None:
+    """Fail early, before loading weights, on a non-Phi-3 or tokenizer-less directory."""
+    from transformers import AutoConfig
+
+    model_type = AutoConfig.from_pretrained(hf_path).model_type
+    if model_type != "phi3":
+        raise ValueError(f"{hf_path}: expected a phi3 checkpoint, got {model_type!r}")
+    if not (hf_path / TOKENIZER_FILE).exists():
+        raise FileNotFoundError(f"{hf_path / TOKENIZER_FILE} is missing; the runner needs it")
+
+
 def _load_model(hf_path: Path) -> Any:
-    """Load the checkpoint in fp32 with eager attention and check that it is Phi-3."""
+    """Load the checkpoint in fp32 with eager attention (HF's reference arithmetic)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
         hf_path, dtype=torch.float32, attn_implementation="eager"
     )
-    if model.config.model_type != "phi3":
-        raise ValueError(f"{hf_path}: expected a phi3 checkpoint, got {model.config.model_type!r}")
     return model.eval()
 
 
@@ -433,8 +443,6 @@ def _export(
 
 def _copy_tokenizer(hf_path: Path, out_path: Path) -> None:
     """Copy the tokenizer and generation files that exist in ``hf_path``."""
-    if not (hf_path / TOKENIZER_FILE).exists():
-        raise FileNotFoundError(f"{hf_path / TOKENIZER_FILE} is missing; the runner needs it")
     for name in COPIED_FILES:
         if (hf_path / name).exists():
             shutil.copyfile(hf_path / name, out_path / name)

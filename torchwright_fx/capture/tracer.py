@@ -21,12 +21,15 @@ class TwTracer(torch.fx.Tracer):
 
     def __init__(self) -> None:
         super().__init__(autowrap_modules=(math,), autowrap_functions=tuple(INTRINSICS))
-        self.record_stack_traces = True
 
-    def _filter_traceback_frames(self, summary: traceback.StackSummary) -> traceback.StackSummary:
-        # fx keeps only frames under a module's `forward`; a program is a plain function, so
-        # keep the user's own frames instead.
-        return traceback.StackSummary.from_list([f for f in summary if is_user_file(f.filename)])
+    def create_node(self, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        # fx's own stack recording keeps only frames under a module's `forward` and symbolises
+        # through the profiler (seconds on first use); a program is a plain function, so record
+        # the user's own frames directly.
+        node = super().create_node(*args, **kwargs)
+        frames = [f for f in traceback.extract_stack() if is_user_file(f.filename)]
+        node.stack_trace = "".join(traceback.format_list(frames)).strip()
+        return node
 
 
 _CONTROL_FLOW_ADVICE = (

@@ -3,19 +3,26 @@
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import (
+    argmax,
+    argmin,
     claim,
     code,
     emit,
+    gather,
     is_token,
     latch,
     lookup,
+    mean,
+    position,
     shift,
+    steps_since,
     token,
     using_vocab,
 )
 from torchwright_fx.vocab import Vocab
 
 __all__ = [
-    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "claim", "code", "compile",
-    "emit", "is_token", "latch", "lookup", "shift", "token", "trace", "using_vocab",
+    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "claim",
+    "code", "compile", "emit", "gather", "is_token", "latch", "lookup", "mean", "position",
+    "shift", "steps_since", "token", "trace", "using_vocab",
 ]

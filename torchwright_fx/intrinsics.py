@@ -215,7 +215,7 @@ def _lower_latch(ctx: LowerCtx, v: Stream, when: Stream) -> Stream:
     if when.width != 1 or not when.ranges[0].is_bool:
         raise ctx.error("latch's `when` must be a 0/1 stream of width 1",
                         "build it from tw.is_token, comparisons, & | ~")
-    bos_when = ctx.bos_row(1)
+    bos_when = ctx.bos_row(1, "when")
     when_at_bos = float(bos_when.reshape(-1)[0]) if bos_when is not None else 0.0
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
@@ -298,3 +298,166 @@ def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torc
         raise AssertionError("tw.claim violated: non-integer values in an integral claim")
     return v
 
+
+
+# -- position-based intrinsics -------------------------------------------------------------------
+def _bos(ctx: LowerCtx) -> Lin:
+    return _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0]
+
+
+def _position_lin(ctx: LowerCtx) -> Lin:
+    from torchwright_fx.ops.position import position as build_position
+
+    try:
+        return build_position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "lower max_seq_len") from None
+
+
+def _lower_position(ctx: LowerCtx, x: Stream) -> Stream:
+    return Stream([_position_lin(ctx)], [Interval(0, ctx.geom.max_seq_len - 1, True)])
+
+
+@intrinsic(_lower_position)
+def position(x: torch.Tensor) -> torch.Tensor:
+    """The position i (``<bos>`` is 0) as a number, ``[seq, 1]``. Compiled: within 0.05 of i."""
+    return torch.arange(x.shape[0], dtype=torch.float32)[:, None]
+
+
+def _lower_steps_since(ctx: LowerCtx, marker: Stream) -> Stream:
+    pos = _position_lin(ctx)
+    rng = Interval(0, ctx.geom.max_seq_len - 1, True)
+    held = _lower_latch(ctx, Stream([pos], [rng]), marker)
+    return Stream([pos - held.cols[0]], [rng])
+
+
+@intrinsic(_lower_steps_since)
+def steps_since(marker: torch.Tensor) -> torch.Tensor:
+    """i minus the position of the most recent ``marker`` at or before i (``<bos>`` counts as
+    a marker), ``[seq, 1]``: 0 on the marker itself."""
+    pos = torch.arange(marker.shape[0], dtype=torch.float32)[:, None]
+    return pos - latch(pos, marker)
+
+
+def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
+                         bos_weight: float) -> Lin:
+    """``where`` (or all ones), plus the BOS row at ``bos_weight`` when ``where`` is 0 there."""
+    if where is None:
+        return Lin.constant(1.0)
+    if where.width != 1 or not where.ranges[0].is_bool:
+        raise ctx.error("`where` must be a 0/1 stream of width 1")
+    bos_where = ctx.bos_row(arg_index, "where")
+    at_bos = float(bos_where.reshape(-1)[0]) if bos_where is not None else 0.0
+    return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
+
+
+def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream:
+    valid = _valid_with_fallback(ctx, where, 1, 0.5)
+    cols = attention.mean(ctx.prog, ctx.geom, v.cols, v.ranges, valid, ctx.name, ctx.source)
+    return Stream(cols, [Interval(r.lo, r.hi) for r in v.ranges])
+
+
+@intrinsic(_lower_mean)
+def mean(v: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of ``v`` over positions j <= i (with ``where`` = 1); the ``<bos>`` row when no
+    such position exists. Compiled: fp32 averaging, relative error ~1e-7."""
+    v = _col(v)
+    w = torch.ones(v.shape[0]) if where is None else (_col(where)[:, 0] > 0.5).float()
+    counts = torch.cumsum(w, 0)
+    sums = torch.cumsum(v * w[:, None], 0)
+    out = sums / counts.clamp(min=1)[:, None]
+    return torch.where((counts > 0)[:, None], out, v[:1].expand_as(v))
+
+
+def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None = None,
+                  sign: float = 1.0) -> Stream:
+    if score.width != 1 or not score.ranges[0].integral or not score.ranges[0].finite:
+        raise ctx.error("argmax/argmin need an integer-valued score of width 1 with a finite "
+                        "range", "scale the score to integers or declare it with tw.claim")
+    rng = score.ranges[0]
+    n = ctx.geom.max_seq_len
+    margin = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN
+    tie = margin  # per position step: the most recent tied position wins
+    gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
+    spread = gain * (rng.hi - rng.lo) + tie * (n - 1)
+    validity = 2.0 * spread + 2.0 * margin  # valid beats invalid; BOS fallback at half weight
+    valid = _valid_with_fallback(ctx, where, 2, 0.5)
+    key_terms = [(gain * sign, score.cols[0] - (rng.lo if sign > 0 else rng.hi)),
+                 (tie, _position_lin(ctx)), (validity, valid)]
+    cols = attention.scored(ctx.prog, ctx.geom, v.cols, v.ranges, key_terms, ctx.name, ctx.source)
+    return Stream(cols, v.ranges, v.is_bool)
+
+
+@intrinsic(_lower_argmax)
+def argmax(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """``v`` at the position j <= i (with ``where`` = 1) of largest integer ``score``; ties go
+    to the most recent; the ``<bos>`` row when no position qualifies."""
+    return _arg_extreme(score, v, where, 1.0)
+
+
+def _lower_argmin(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None = None) -> Stream:
+    return _lower_argmax(ctx, score, v, where, sign=-1.0)
+
+
+@intrinsic(_lower_argmin)
+def argmin(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """Like ``argmax`` with the smallest score."""
+    return _arg_extreme(score, v, where, -1.0)
+
+
+def _arg_extreme(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None,
+                 sign: float) -> torch.Tensor:
+    s, v = _col(score)[:, 0] * sign, _col(v)
+    ok = torch.ones_like(s, dtype=torch.bool) if where is None else _col(where)[:, 0] > 0.5
+    rows = []
+    for i in range(len(s)):
+        best = 0
+        best_key: tuple[float, int] | None = None
+        for j in range(i + 1):
+            if ok[j]:
+                key = (float(s[j]), j)
+                if best_key is None or key >= best_key:
+                    best, best_key = j, key
+        rows.append(best)
+    return v[torch.tensor(rows)]
+
+
+def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
+    if at.width != 1 or not at.ranges[0].integral:
+        raise ctx.error("gather's position must be an integer-valued stream of width 1")
+    from torchwright_fx.ops.position import POSITION_TOLERANCE
+
+    pos = _position_lin(ctx)
+    square = _square_of_position(ctx, pos)
+    # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone = 2*gain*t_i*p_j - gain*p_j^2.
+    # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
+    # gain * (1 - 2 * POSITION_TOLERANCE), sized to the attention margin.
+    gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+    terms = [(at.cols[0] * (2.0 * gain), pos), (Lin.constant(-gain), square)]
+    cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, v.ranges, terms, ctx.name,
+                                  ctx.source)
+    return Stream(cols, v.ranges, v.is_bool)
+
+
+def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
+    cached = ctx.prog.memo.get("position_squared")
+    if isinstance(cached, Lin):
+        return cached
+    bank = ctx.bank(1)
+    n = ctx.geom.max_seq_len
+    ffn.product(bank, 0, pos, Interval(0, n - 1), pos, Interval(0, n - 1))
+    (sq,) = bank.finish(ctx.prog, [Interval(0, (n - 1) ** 2)], f"{ctx.name}.position_squared",
+                        ctx.source)
+    ctx.prog.memo["position_squared"] = sq
+    return sq
+
+
+@intrinsic(_lower_gather)
+def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """``v`` at position ``at`` (an integer stream), clamped to [0, i]."""
+    v = _col(v)
+    idx = _col(at)[:, 0].round().long()
+    idx = torch.minimum(idx.clamp(min=0), torch.arange(v.shape[0]))
+    return v[idx]

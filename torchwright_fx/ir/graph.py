@@ -88,6 +88,7 @@ class Program:
     views: dict[str, list[Lin]] = field(default_factory=dict)  # fx node name -> its columns
     sources: dict[str, str] = field(default_factory=dict)  # fx node name -> user source line
     live: set[int] = field(default_factory=set)  # signals something reads (set by passes.dce)
+    memo: dict[str, object] = field(default_factory=dict)  # shared sub-results (e.g. position)
 
     # -- building -------------------------------------------------------------------------
     def new_signal(self, producer: int, rng: Interval, name: str, source: str) -> int:

@@ -45,10 +45,13 @@ class LowerCtx:
     def error(self, what: str, advice: str = "") -> CompileError:
         return node_error(self.node, what, advice)
 
-    def bos_row(self, arg_index: int) -> torch.Tensor | None:
-        """The value of the arg-th argument at the BOS position (known at compile time:
-        position 0 sees only the BOS token)."""
-        arg = self.node.args[arg_index]
+    def bos_row(self, arg_index: int, kwarg: str | None = None) -> torch.Tensor | None:
+        """The value of an argument (positional index, or keyword) at the BOS position, known
+        at compile time: position 0 sees only the BOS token."""
+        if arg_index < len(self.node.args):
+            arg = self.node.args[arg_index]
+        else:
+            arg = self.node.kwargs.get(kwarg) if kwarg else None
         if isinstance(arg, torch.fx.Node):
             row = arg.meta.get("tw_bos")
             return row if isinstance(row, torch.Tensor) else None

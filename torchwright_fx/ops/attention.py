@@ -117,21 +117,22 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool) -> tuple[floa
     q[:, LOW_PLANE[0]], q[:, LOW_PLANE[1]] = qa, qb
     k = torch.zeros(n, ROTARY_DIMS)
     k[:, LOW_PLANE[0]] = 1.0
-    logits = rotate(q) @ rotate(k).T
-    if with_validity:
-        logits = logits + torch.tensor(geom.validity, dtype=torch.float)
-    logits = logits.double()
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    logits = logits.masked_fill(~causal, -math.inf)
-    i = torch.arange(n)
-    target = (i - offset).clamp(min=0)
-    best = logits[i, target]
-    others = logits.clone()
-    others[i, target] = -math.inf
-    runner_up = others.max(dim=1).values
-    gap = (best - runner_up).masked_fill(i == 0, math.inf)  # position 0 has a single key
-    worst = int(torch.argmin(gap))
-    return float(gap[worst]), worst
+    rq, rk = rotate(q), rotate(k)
+    validity = torch.tensor(geom.validity if with_validity else 0.0, dtype=torch.float)
+    worst_gap, worst_at = math.inf, 0
+    for start in range(1, n, 256):  # query rows in chunks: memory stays O(256 * n)
+        rows = torch.arange(start, min(n, start + 256))
+        logits = ((rq[rows] @ rk.T) + validity).double()
+        logits = logits.masked_fill(torch.arange(n)[None, :] > rows[:, None], -math.inf)
+        target = (rows - offset).clamp(min=0)
+        local = torch.arange(len(rows))
+        best = logits[local, target]
+        logits[local, target] = -math.inf
+        gap = best - logits.max(dim=1).values
+        i = int(torch.argmin(gap))
+        if float(gap[i]) < worst_gap:
+            worst_gap, worst_at = float(gap[i]), int(rows[i])
+    return worst_gap, worst_at
 
 
 def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -> float:
@@ -140,7 +141,7 @@ def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -
         raise GeometryError(f"shift by {offset} >= max_seq_len={geom.max_seq_len}")
     gap, where = measured_gap(geom, offset, with_validity)
     if gap < ATTENTION_MARGIN:
-        ok = largest_working_length(geom.d_head, offset, with_validity)
+        ok = largest_working_length(geom.d_head, offset, with_validity, geom.max_seq_len)
         raise GeometryError(
             f"attention margin too small: offset {offset} at max_seq_len={geom.max_seq_len} "
             f"leaves an fp32 logit gap of {gap:.1f} at position {where} (< {ATTENTION_MARGIN}); "
@@ -149,8 +150,11 @@ def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -
     return gap
 
 
-def largest_working_length(d_head: int, offset: int, with_validity: bool) -> int:
-    lo, hi = max(offset + 1, 2), 1 << 16
+def largest_working_length(d_head: int, offset: int, with_validity: bool,
+                           failing: int = 1 << 14) -> int:
+    """Bisect for the largest max_seq_len whose margins hold (the gap shrinks as the lobe
+    widens, so lengths below a working one work too)."""
+    lo, hi = max(offset + 1, 2), failing - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if measured_gap(Geometry(d_head, mid), offset, with_validity)[0] >= ATTENTION_MARGIN:
@@ -209,4 +213,49 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid:
     q, k = _positional_qk(geom, 0)
     q[ROTARY_DIMS] = Lin.constant(geom.validity)
     k[ROTARY_DIMS] = valid
+    return _heads(prog, geom, q, k, values, ranges, name, source)
+
+
+# -- content heads (no positional term) --------------------------------------------------------------
+# Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the
+# fallback then trails a valid key by C/2 = AMPLITUDE_HEADROOM * ATTENTION_MARGIN.
+MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN
+
+
+def mean(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: Lin,
+         name: str, source: str) -> list[Lin]:
+    """Each value averaged over the positions j <= i whose ``valid_j`` is 1 (``valid`` also
+    carries the BOS fallback at weight 1/2): equal logits give equal softmax weights."""
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    q[ROTARY_DIMS] = Lin.constant(MEAN_VALIDITY)
+    k[ROTARY_DIMS] = valid
+    return _heads(prog, geom, q, k, values, ranges, name, source)
+
+
+def scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
+           key_terms: list[tuple[float, Lin]], name: str, source: str) -> list[Lin]:
+    """A head whose logit is ``sum(gain * key_lin_j)`` over the NoPE tail: the query is the
+    constant gains, the key the per-position terms. Used by argmax and gather."""
+    if len(key_terms) > geom.tail:
+        raise GeometryError(f"{len(key_terms)} key terms need d_head >= "
+                            f"{ROTARY_DIMS + len(key_terms)}")
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    for r, (gain, lin) in enumerate(key_terms):
+        q[ROTARY_DIMS + r] = Lin.constant(gain)
+        k[ROTARY_DIMS + r] = lin
+    return _heads(prog, geom, q, k, values, ranges, name, source)
+
+
+def query_scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
+                 terms: list[tuple[Lin, Lin]], name: str, source: str) -> list[Lin]:
+    """A head whose logit is ``sum(query_lin_i * key_lin_j)`` over the NoPE tail."""
+    if len(terms) > geom.tail:
+        raise GeometryError(f"{len(terms)} key terms need d_head >= {ROTARY_DIMS + len(terms)}")
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    for r, (ql, kl) in enumerate(terms):
+        q[ROTARY_DIMS + r] = ql
+        k[ROTARY_DIMS + r] = kl
     return _heads(prog, geom, q, k, values, ranges, name, source)

@@ -33,10 +33,13 @@ class Bank:
             self.lanes.append(key)
         self.outs[out][idx] = self.outs[out].get(idx, 0.0) + weight
 
-    def hinge(self, out: int, z: Lin, weight: float = 1.0) -> None:
-        """Add ``weight * relu(z)`` (SwiGLU: within 0.28/S, exact once S*|z| is saturated)."""
+    def hinge(self, out: int, z: Lin, weight: float = 1.0, sharpness: float = 1.0) -> None:
+        """Add ``weight * relu(z)``. SwiGLU: SiLU(k*z)/k with k = S * sharpness, within
+        0.28/k of relu everywhere and exact once k*|z| is saturated; raise ``sharpness`` when
+        the inputs that must be exact sit closer than SATURATION/S to the kink."""
         if self.machine == "swiglu":
-            self.lane(out, z * SILU_SCALE, Lin.constant(1.0 / SILU_SCALE), weight)
+            k = SILU_SCALE * sharpness
+            self.lane(out, z * k, Lin.constant(1.0 / k), weight)
         else:
             self.lane(out, z, Lin.constant(1.0), weight)
 

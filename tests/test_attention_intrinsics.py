@@ -1,0 +1,113 @@
+"""Attention intrinsics are exact at every position of random streams up to max_seq_len,
+through the in-process runtime and through the Phi-3 checkpoint loaded from disk."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import load_hf
+
+import torchwright_fx as tw
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ops.attention import Geometry, GeometryError, check_margins
+
+VOCAB = tw.Vocab("abcde\n")
+LENGTHS = [1, 2, 17, 100, 512]
+MAX_LEN = 512
+SCORES = {"a": 3, "b": 1, "c": 3, "d": 0, "e": 2, "\n": 1}
+
+
+def _programs() -> dict:
+    def code(x):
+        return tw.code(x)
+
+    def score(x):
+        return tw.lookup(x, SCORES)
+
+    return {
+        "shift1": lambda x: tw.shift(code(x), 1),
+        "shift7": lambda x: tw.shift(code(x), 7),
+        "latch": lambda x: tw.latch(code(x), tw.is_token(x, ["a", "\n"])),
+        "argmax": lambda x: tw.argmax(score(x), code(x)),
+        "argmin_where": lambda x: tw.argmin(score(x), code(x), where=tw.is_token(x, ["b", "c"])),
+        "position": lambda x: tw.position(x),
+        "steps_since": lambda x: tw.steps_since(tw.is_token(x, "\n")),
+        "gather": lambda x: tw.gather(code(x), tw.position(x) - tw.lookup(x, {"a": 5, "b": 40})),
+        "mean": lambda x: tw.mean(tw.is_token(x, "a") * 4.0, where=tw.is_token(x, ["a", "b"])),
+    }
+
+
+PROGRAMS = _programs()
+# outputs that are token codes, so the checkpoint's greedy choice must equal them everywhere
+TOKEN_VALUED = ["shift1", "shift7", "latch", "argmax", "argmin_where", "gather"]
+
+
+def _stream(length: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [VOCAB.bos_id] + [rng.randrange(3, len(VOCAB)) for _ in range(length - 1)]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    out = {}
+    for name, fn in PROGRAMS.items():
+        fn.__name__ = name
+        out[name] = tw.compile(fn, vocab=VOCAB, max_seq_len=MAX_LEN).compile()
+    return out
+
+
+def _final_residual_value(program: tw.Compiled, residual: torch.Tensor) -> torch.Tensor:
+    out: Lin = program.build.program.output
+    plan = program.build.plan
+    value = torch.full((residual.shape[0],), out.const, dtype=torch.float64)
+    for sid, coef in out.terms.items():
+        value += coef * residual[:, plan.columns[sid]].double()
+    return value
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("length", LENGTHS)
+def test_runtime_equals_reference_at_every_position(compiled, name, length):
+    program = compiled[name]
+    ids = _stream(length, seed=length)
+    want = program.traced.run(ids).double()
+    _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+    got = _final_residual_value(program, states[-1])
+    if name == "mean":
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    else:
+        assert torch.equal(got.round(), want), torch.nonzero(got.round() != want)[:5]
+        assert (got - want).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("name", TOKEN_VALUED)
+def test_checkpoint_greedy_token_equals_reference_everywhere(compiled, name, tmp_path):
+    program = compiled[name]
+    model, _ = load_hf(program.save_pretrained(tmp_path / name))
+    for length in LENGTHS:
+        ids = _stream(length, seed=100 + length)
+        want = program.traced.run(ids).long()
+        with torch.no_grad():
+            got = model(torch.tensor([ids])).logits[0].argmax(-1)
+        assert torch.equal(got, want), (length, torch.nonzero(got != want)[:5])
+
+
+def test_geometry_too_long_is_rejected_with_the_length_that_works():
+    with pytest.raises(GeometryError, match="largest max_seq_len that works"):
+        check_margins(Geometry(16, 4096), 3)
+
+
+def test_too_long_geometry_names_the_users_line():
+    def prog(x):
+        return tw.shift(tw.code(x), 2)  # MARK
+
+    with pytest.raises(tw.CompileError, match="MARK"):
+        tw.compile(prog, vocab=VOCAB, max_seq_len=4096).compile()
+
+
+def test_margins_hold_at_default_length():
+    geom = Geometry(16, 512)
+    for offset in (0, 1, 5, 100, 511):
+        assert check_margins(geom, offset) >= 120

@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimize", type=int, default=0, help="0: heuristic, 1-3: CP-SAT")
     parser.add_argument("--d-model", type=int, default=None)
     parser.add_argument("--max-seq-len", type=int, default=None)
+    parser.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
     args = parser.parse_args(argv)
 
     module = importlib.import_module(f"examples.{args.name}")
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     program.report()
     out = program.save_pretrained(args.output or f"build/{args.name}_hf")
     print(f"wrote {out} ({time.perf_counter() - start:.2f}s including the write)")
+    if args.onnx:
+        print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
     for prompt in module.DEMOS:
         got, want = program.generate(prompt), module.oracle(prompt)
         mark = "ok" if got == want else f"WRONG (want {want!r})"

@@ -1,6 +1,6 @@
 """The ``torchwright-fx`` command.
 
-    torchwright-fx compile MODULE[:ATTR] [-o DIR] [--optimize N] [--d-model D] [--max-seq-len N]
+    torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--optimize N] [--d-model D] [--max-seq-len N]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
 
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--max-seq-len", type=int)
         if name == "compile":
             p.add_argument("-o", "--output", required=True)
+            p.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
         if name == "report":
             p.add_argument("--json", action="store_true")
         if name == "run":
@@ -62,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compile":
         program.compile()
         program.report()
-        print(f"wrote {program.save_pretrained(args.output)}")
+        out = program.save_pretrained(args.output)
+        print(f"wrote {out}")
+        if args.onnx:
+            print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
     elif args.command == "report":
         program.compile()
         if args.json:

@@ -34,7 +34,7 @@ def make(**options: Any) -> tw.Compiled:
         second = tw.lookup(total, {t: str(t)[1] for t in range(10, 19)}, default="<eos>")
         return tw.emit(newline, [first, second])
 
-    return tw.compile(adder_1digit, vocab=VOCAB, **options)
+    return tw.compile(adder_1digit, vocab=VOCAB, **options).with_domain(inputs, oracle)
 
 
 program = make()

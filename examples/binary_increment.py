@@ -50,7 +50,7 @@ def make(max_bits: int = MAX_BITS, **options: Any) -> tw.Compiled:
                   for j in range(max_bits + 1)]
         return tw.emit(newline, digits)
 
-    return tw.compile(binary_increment, vocab=VOCAB, **options)
+    return tw.compile(binary_increment, vocab=VOCAB, **options).with_domain(inputs, oracle)
 
 
 program = make()

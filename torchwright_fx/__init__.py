@@ -5,6 +5,7 @@ from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import (
     argmax,
     argmin,
+    check,
     claim,
     code,
     emit,
@@ -19,10 +20,11 @@ from torchwright_fx.intrinsics import (
     token,
     using_vocab,
 )
+from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
 __all__ = [
-    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "claim",
+    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "check", "claim",
     "code", "compile", "emit", "gather", "is_token", "latch", "lookup", "mean", "position",
-    "shift", "steps_since", "token", "trace", "using_vocab",
+    "shift", "steps_since", "token", "trace", "using_vocab", "verify",
 ]

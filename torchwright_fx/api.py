@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -66,6 +66,15 @@ class Compiled:
         self._traced = traced
         self._build: Build | None = None
         self.compile_seconds = 0.0
+        self.domain: Callable[[], Iterable[str]] | None = None
+        self.oracle: Callable[[str], str] | None = None
+
+    def with_domain(self, inputs: Callable[[], Iterable[str]],
+                    oracle: Callable[[str], str] | None = None) -> Compiled:
+        """Attach the prompts this program is meant for (and a plain-Python oracle), used by
+        ``tw.verify(..., exhaustive=True)`` and the ``verify`` command."""
+        self.domain, self.oracle = inputs, oracle
+        return self
 
     # -- eager --------------------------------------------------------------------------------
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,7 +87,11 @@ class Compiled:
             self._traced = Traced(self.fn, self.vocab)
         return self._traced
 
-    def _prompt_ids(self, text: str) -> list[int]:
+    def _prompt_ids(self, text: str, allow_unknown: bool = False) -> list[int]:
+        unknown = sorted({c for c in text if c not in self.vocab})
+        if unknown and not allow_unknown:
+            raise InputError(f"characters outside the vocabulary {self.vocab!r}: {unknown}; "
+                             "the Phi-3 tokenizer would read each as <unk>")
         ids = self.vocab.encode(text)
         if len(ids) > self.options.max_seq_len:
             raise InputError(f"the prompt is {len(ids)} tokens with <bos>, over max_seq_len="
@@ -101,8 +114,8 @@ class Compiled:
             new.append(nxt)
         return new
 
-    def reference(self, text: str) -> str:
-        return self.vocab.decode(self.reference_ids(self._prompt_ids(text)))
+    def reference(self, text: str, allow_unknown: bool = False) -> str:
+        return self.vocab.decode(self.reference_ids(self._prompt_ids(text, allow_unknown)))
 
     # -- compiled -----------------------------------------------------------------------------
     def compile(self) -> Compiled:
@@ -127,9 +140,18 @@ class Compiled:
     def generate_ids(self, ids: Sequence[int]) -> list[int]:
         return runtime.generate(self.machine, ids)
 
-    def generate(self, text: str) -> str:
-        """Greedy generation by the compiled weights (in-process runtime)."""
-        return self.vocab.decode(self.generate_ids(self._prompt_ids(text)))
+    def generate(self, text: str, allow_unknown: bool = False) -> str:
+        """Greedy generation by the compiled weights (in-process runtime). Unknown characters
+        raise InputError unless ``allow_unknown`` (then they are ``<unk>``, as in the Phi-3
+        tokenizer); a prompt that does not fit max_seq_len raises InputError; generation stops
+        at ``<eos>`` or at max_seq_len."""
+        return self.vocab.decode(self.generate_ids(self._prompt_ids(text, allow_unknown)))
+
+    def probe(self, text: str, tolerance: float = 1e-3) -> Any:
+        """Node-by-node diff of the compiled model against the reference (``verify.probe``)."""
+        from torchwright_fx.verify.probe import probe
+
+        return probe(self, text, tolerance)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         return hf.save_pretrained(self.machine, self.vocab, directory, card=self.model_card())

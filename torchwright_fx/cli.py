@@ -3,6 +3,7 @@
     torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--optimize N] [--d-model D] [--max-seq-len N]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
+    torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime]
 
 MODULE[:ATTR] names a ``tw.Compiled`` object (ATTR defaults to ``program``), or a module with
 ``make(**options)`` returning one, e.g. ``examples.binary_increment``.
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchwright-fx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("compile", "report", "run"):
+    for name in ("compile", "report", "run", "verify"):
         p = sub.add_parser(name)
         p.add_argument("program", help="MODULE[:ATTR]")
         p.add_argument("--optimize", type=int)
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
         if name == "report":
             p.add_argument("--json", action="store_true")
+        if name == "verify":
+            p.add_argument("--samples", type=int, help="random sample size (default: all)")
+            p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--backend", choices=["hf", "runtime"], default="hf")
         if name == "run":
             p.add_argument("prompt")
             p.add_argument("--reference", action="store_true", help="eager semantics, no weights")
@@ -73,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(program.stats(), indent=2, default=str))
         else:
             program.report()
+    elif args.command == "verify":
+        from torchwright_fx.verify.verify import verify
+
+        report = verify(program, samples=args.samples, seed=args.seed, backend=args.backend)
+        print(report)
+        return 0 if report.ok else 1
     else:
         prompt = args.prompt.encode().decode("unicode_escape")
         print(program.reference(prompt) if args.reference else program.generate(prompt))

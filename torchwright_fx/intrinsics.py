@@ -41,6 +41,20 @@ def using_vocab(vocab: Vocab) -> Iterator[None]:
         _VOCAB.reset(token)
 
 
+_CHECKS_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("tw_checks", default=True)
+
+
+@contextlib.contextmanager
+def checks_disabled() -> Iterator[None]:
+    """Skip tw.check / tw.claim assertions (compile-time shape runs use inputs outside the
+    program's domain)."""
+    token = _CHECKS_ON.set(False)
+    try:
+        yield
+    finally:
+        _CHECKS_ON.reset(token)
+
+
 def current_vocab() -> Vocab:
     vocab = _VOCAB.get()
     if vocab is None:
@@ -72,6 +86,34 @@ def _find_proxy(obj: object) -> torch.fx.Proxy | None:
     return None
 
 
+# fx graphs hold only plain data as arguments; a Python callable passed to an intrinsic (a
+# tw.check predicate) is stored here and referred to by a string key.
+_CALLABLES: dict[str, Callable[..., Any]] = {}
+_CALLABLE_PREFIX = "<tw-callable:"
+
+
+def _refer_callables(obj: Any) -> Any:
+    if callable(obj) and not isinstance(obj, (torch.Tensor, torch.fx.Proxy)):
+        key = f"{_CALLABLE_PREFIX}{id(obj)}>"
+        _CALLABLES[key] = obj
+        return key
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_refer_callables(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _refer_callables(v) for k, v in obj.items()}
+    return obj
+
+
+def resolve_callables(obj: Any) -> Any:
+    if isinstance(obj, str) and obj.startswith(_CALLABLE_PREFIX):
+        return _CALLABLES[obj]
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(resolve_callables(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: resolve_callables(v) for k, v in obj.items()}
+    return obj
+
+
 def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable[[F], F]:
     """Declare ``eager`` as an intrinsic lowered by ``lower(ctx, *args, **kwargs)``."""
 
@@ -80,8 +122,9 @@ def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             proxy = _find_proxy((args, kwargs))
             if proxy is not None:
+                args, kwargs = _refer_callables(args), _refer_callables(kwargs)
                 return proxy.tracer.create_proxy("call_function", wrapper, args, kwargs)
-            return eager(*args, **kwargs)
+            return eager(*resolve_callables(args), **resolve_callables(kwargs))
 
         wrapper.__tw_intrinsic__ = IntrinsicInfo(eager, lower, machine)  # type: ignore[attr-defined]
         INTRINSICS.append(wrapper)
@@ -291,6 +334,8 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
 def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torch.Tensor:
     """Declare that every value of ``v`` lies in [lo, hi] (and is an integer if ``integral``);
     checked here, trusted by the compiler to size its constructions."""
+    if not _CHECKS_ON.get():
+        return v
     if v.numel() and (v.min() < lo or v.max() > hi):
         raise AssertionError(f"tw.claim violated: values in [{float(v.min())}, "
                              f"{float(v.max())}] outside [{lo}, {hi}]")
@@ -461,3 +506,23 @@ def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     idx = _col(at)[:, 0].round().long()
     idx = torch.minimum(idx.clamp(min=0), torch.arange(v.shape[0]))
     return v[idx]
+
+
+def _lower_check(ctx: LowerCtx, v: Stream, predicate: str, msg: str = "") -> Stream:
+    checks = ctx.prog.memo.setdefault("checks", [])
+    assert isinstance(checks, list)
+    checks.append((ctx.name, resolve_callables(predicate), msg, ctx.source))
+    return v
+
+
+@intrinsic(_lower_check)
+def check(v: torch.Tensor, predicate: Callable[[torch.Tensor], torch.Tensor], msg: str = ""
+          ) -> torch.Tensor:
+    """Assert ``predicate(v)`` (elementwise, all true). Checked in the reference run (exact
+    math) and, by ``Compiled.probe``, against the compiled values of ``v``. Returns ``v``."""
+    if not _CHECKS_ON.get():
+        return v
+    ok = predicate(v)
+    if not bool(torch.as_tensor(ok).all()):
+        raise AssertionError(f"tw.check failed: {msg or predicate}")
+    return v

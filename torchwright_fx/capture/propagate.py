@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from torchwright_fx.capture.errors import CompileError, node_error
-from torchwright_fx.intrinsics import using_vocab
+from torchwright_fx.intrinsics import checks_disabled, using_vocab
 from torchwright_fx.vocab import Vocab
 
 
@@ -42,6 +42,6 @@ def example_ids(vocab: Vocab) -> list[int]:
 
 def propagate(gm: torch.fx.GraphModule, vocab: Vocab) -> torch.fx.GraphModule:
     x = vocab.one_hot(example_ids(vocab))
-    with using_vocab(vocab), torch.no_grad():
+    with using_vocab(vocab), checks_disabled(), torch.no_grad():
         _Recorder(gm).run(x)
     return gm

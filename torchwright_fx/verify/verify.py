@@ -1,0 +1,118 @@
+"""End-to-end verification: the compiled model's greedy output against the reference (and
+an oracle, when the program has one) over a set of prompts."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchwright_fx.backends import runtime
+
+if TYPE_CHECKING:
+    from torchwright_fx.api import Compiled
+
+
+@dataclass
+class VerifyReport:
+    name: str
+    backend: str
+    count: int = 0
+    mismatches: list[tuple[str, str, str]] = field(default_factory=list)  # prompt, got, want
+    worst_margin: float = float("inf")  # smallest lead of the right token over the next best
+    worst_margin_prompt: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def __str__(self) -> str:
+        lines = [f"verify {self.name} [{self.backend}]: {self.count} inputs, "
+                 f"{len(self.mismatches)} mismatches, worst logit margin "
+                 f"{self.worst_margin:.3g} (on {self.worst_margin_prompt!r})"]
+        for prompt, got, want in self.mismatches[:5]:
+            lines.append(f"  {prompt!r}: got {got!r}, want {want!r}")
+        return "\n".join(lines)
+
+
+class _Logits:
+    """Teacher-forced logits and greedy generation from the chosen backend."""
+
+    def __init__(self, compiled: Compiled, backend: str):
+        self.compiled, self.backend = compiled, backend
+        self.model: Any = None
+        self.tmp: Any = None
+        if backend == "hf":
+            from transformers import AutoModelForCausalLM
+
+            self.tmp = tempfile.TemporaryDirectory()
+            path = compiled.save_pretrained(self.tmp.name + "/model")
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    def logits(self, ids: list[int]) -> torch.Tensor:
+        if self.model is None:
+            return runtime.forward(self.compiled.machine, ids)[0]
+        with torch.no_grad():
+            return self.model(torch.tensor([ids])).logits[0]
+
+    def generate(self, ids: list[int]) -> list[int]:
+        if self.model is None:
+            return runtime.generate(self.compiled.machine, ids)
+        with torch.no_grad():
+            out = self.model.generate(torch.tensor([ids]), do_sample=False,
+                                      max_length=self.compiled.options.max_seq_len)
+        new = out[0, len(ids):].tolist()
+        return new[: new.index(self.compiled.vocab.eos_id)] if self.compiled.vocab.eos_id in new \
+            else new
+
+
+def _prompts(compiled: Compiled, inputs: Iterable[str] | None, exhaustive: bool,
+             samples: int | None, seed: int) -> list[str]:
+    if inputs is not None:
+        pool = list(inputs)
+    elif compiled.domain is not None:
+        pool = list(compiled.domain())
+    else:
+        raise ValueError("give inputs=..., or attach a domain with compiled.with_domain(...)")
+    if exhaustive or samples is None or samples >= len(pool):
+        return pool
+    return random.Random(seed).sample(pool, samples)
+
+
+def verify(compiled: Compiled, inputs: Iterable[str] | None = None, *, exhaustive: bool = False,
+           samples: int | None = None, seed: int = 0, backend: str = "hf",
+           oracle: Callable[[str], str] | None = None) -> VerifyReport:
+    """Compare the compiled model's greedy output with the reference on every prompt."""
+    oracle = oracle or compiled.oracle
+    report = VerifyReport(compiled.__name__, backend)
+    model = _Logits(compiled, backend)
+    vocab = compiled.vocab
+    for prompt in _prompts(compiled, inputs, exhaustive, samples, seed):
+        ids = vocab.encode(prompt)
+        want_ids = compiled.reference_ids(ids)
+        want = vocab.decode(want_ids)
+        got = vocab.decode(model.generate(ids))
+        report.count += 1
+        if got != want or (oracle is not None and oracle(prompt) != want):
+            report.mismatches.append((prompt, got, want if oracle is None else oracle(prompt)))
+        margin = _margin(model.logits(ids + want_ids), len(ids), want_ids + [vocab.eos_id])
+        if margin < report.worst_margin:
+            report.worst_margin, report.worst_margin_prompt = margin, prompt
+    return report
+
+
+def _margin(logits: torch.Tensor, start: int, targets: list[int]) -> float:
+    """Smallest lead of each expected next token over the best other token."""
+    worst = float("inf")
+    for offset, target in enumerate(targets):
+        row = logits[start - 1 + offset].clone()
+        if start - 1 + offset >= logits.shape[0]:
+            break
+        right = float(row[target])
+        row[target] = -float("inf")
+        worst = min(worst, right - float(row.max()))
+    return worst

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import torchwright_fx as tw
 
 VOCAB = tw.Vocab("0123456789+\n")
 DEMOS = ["7+8\n", "0+0\n", "9+9\n", "3+4\n"]
+EDGE_CASES = ["0+0\n", "9+9\n", "9+1\n", "1+9\n", "5+5\n", "0+9\n"]
 
 
 def oracle(prompt: str) -> str:
@@ -22,6 +24,10 @@ def inputs() -> Iterator[str]:
     for a in range(10):
         for b in range(10):
             yield f"{a}+{b}\n"
+
+
+def sample(rng: random.Random) -> str:
+    return f"{rng.randint(0, 9)}+{rng.randint(0, 9)}\n"
 
 
 def make(**options: Any) -> tw.Compiled:

@@ -7,6 +7,7 @@ leading zeros (``1111`` -> ``10000``, ``0011`` -> ``100``).
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +18,8 @@ import torchwright_fx as tw
 MAX_BITS = 4
 VOCAB = tw.Vocab("01\n")
 DEMOS = ["1011\n", "1111\n", "0\n", "0011\n"]
+EDGE_CASES = ["0\n", "1\n", "10\n", "11\n", "100\n", "101\n", "110\n", "111\n", "1011\n",
+              "1111\n", "0000\n", "0011\n"]
 
 
 def oracle(prompt: str) -> str:
@@ -27,6 +30,10 @@ def inputs(max_bits: int = MAX_BITS) -> Iterator[str]:
     for n in range(1, max_bits + 1):
         for bits in itertools.product("01", repeat=n):
             yield "".join(bits) + "\n"
+
+
+def sample(rng: random.Random, max_bits: int = MAX_BITS) -> str:
+    return "".join(rng.choice("01") for _ in range(rng.randint(1, max_bits))) + "\n"
 
 
 def make(max_bits: int = MAX_BITS, **options: Any) -> tw.Compiled:

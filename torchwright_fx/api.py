@@ -169,8 +169,8 @@ class Compiled:
     # -- reporting ----------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         b, m = self.build, self.build.machine
-        heads = sum(len(h) for h, _ in _members(b))
-        lanes = m.meta.get("lanes", None)
+        heads = sum(m.meta["layer_heads"])
+        lanes = sum(m.meta["layer_lanes"])
         return {
             "name": self.fn.__name__, "machine": b.program.machine, "layers": m.n_layers,
             "critical_path_layers": b.critical_path_layers, "d_model": m.d_model,
@@ -202,12 +202,6 @@ class Compiled:
                 f"- layers: {s['layers']}\n- hidden size: {s['d_model']}\n"
                 f"- heads: {s['heads_per_layer']} x {s['d_head']}\n"
                 f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
-
-
-def _members(b: Build) -> list:
-    from torchwright_fx.schedule.plan import layer_members
-
-    return layer_members(b.program, b.plan)
 
 
 @overload

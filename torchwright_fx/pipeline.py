@@ -62,7 +62,7 @@ def schedule_program(prog: Program, opts: Options) -> Plan:
     if opts.optimize > 0:
         from torchwright_fx.schedule import cpsat  # imported lazily: OR-Tools is slow to load
 
-        plan = cpsat.schedule(prog, plan, opts.optimize)
+        plan = cpsat.schedule(prog, plan, opts.optimize, d_model=opts.d_model)
     plan = columns.allocate(prog, plan, opts.d_model)
     plan.check(prog)
     return plan

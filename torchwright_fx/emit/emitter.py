@@ -10,6 +10,7 @@ from torchwright_fx.emit.machine import LayerWeights, Machine
 from torchwright_fx.emit.rmsnorm import Pins, choose_pins
 from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ops import attention
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.numerics import DECODE_GAIN, RMS_EPS
 from torchwright_fx.schedule.plan import Plan, layer_members
@@ -43,16 +44,33 @@ class _Writer:
         return self.plan.columns.get(sid) if sid in self.prog.live else None
 
 
-def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int) -> tuple[torch.Tensor,
-                                                                                 torch.Tensor]:
+def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:
+    """Per layer, the signals whose columns are zeroed there, in groups of at most d_head
+    (one self-attention head each; see ``schedule/columns.py``)."""
+    per_layer: list[list[int]] = [[] for _ in range(plan.n_layers)]
+    for sid, stage in sorted(plan.cancels.items()):
+        per_layer[stage // 2].append(sid)
+    return [[sigs[i:i + geom.d_head] for i in range(0, len(sigs), geom.d_head)]
+            for sigs in per_layer]
+
+
+def _cancel_head(geom: Geometry, sigs: list[int], hid: int) -> Head:
+    """Reads each signal at its own position and writes its negation (O = -1 in ``_attention``)."""
+    q, k = attention.self_qk(geom)
+    return Head(hid, q, k, [Lin.of(s) for s in sigs], list(sigs), "cancel", "<columns>")
+
+
+def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int,
+               cancels: tuple[Head, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
     q = torch.zeros(n_heads * d_head, d, dtype=torch.float64)
     k, v = torch.zeros_like(q), torch.zeros_like(q)
     o = torch.zeros(d, n_heads * d_head, dtype=torch.float64)
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
     q_scale = math.sqrt(d_head)
-    for h, head in enumerate(heads):
+    for h, head in enumerate([*heads, *cancels]):
         base = h * d_head
+        sign = -1.0 if h >= len(heads) else 1.0  # cancel heads write the negation
         for r in range(d_head):
             q[base + r] = w.row(head.q[r], q_scale)
             k[base + r] = w.row(head.k[r])
@@ -60,7 +78,7 @@ def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int) -> tupl
             v[base + r] = w.row(lin)
             col = w.column(sid)
             if col is not None:
-                o[col, base + r] = 1.0
+                o[col, base + r] = sign
     return torch.cat([q, k, v]), o
 
 
@@ -92,7 +110,9 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
     d, vocab = plan.d_model, len(prog.vocab)
     pins: Pins = choose_pins(d, data_energy(prog))
     members = layer_members(prog, plan)
-    n_heads = max(1, max(len(h) for h, _ in members))
+    cancels = [tuple(_cancel_head(geom, sigs, -1) for sigs in groups)
+               for groups in cancel_groups(plan, geom)]
+    n_heads = max(1, max(len(h) + len(c) for (h, _), c in zip(members, cancels)))
     d_ff = max(1, max(_lane_count(f) for _, f in members))
 
     embed = torch.zeros(vocab, d, dtype=torch.float64)
@@ -103,8 +123,8 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
 
     gain = torch.full((d,), pins.gain)
     layers = []
-    for heads, ffns in members:
-        qkv, o = _attention(w, heads, n_heads, geom.d_head)
+    for (heads, ffns), layer_cancels in zip(members, cancels):
+        qkv, o = _attention(w, heads, n_heads, geom.d_head, layer_cancels)
         gate_up, down = _mlp(w, ffns, d_ff)
         layers.append(LayerWeights(qkv.float(), o.float(), gate_up.float(), down.float(),
                                    gain.clone(), gain.clone()))
@@ -124,5 +144,8 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
         partial_rotary_factor=geom.partial_rotary_factor,
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
-        meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog)},
+        meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
+              "layer_heads": [len(h) + len(c) for (h, _), c in zip(members, cancels)],
+              "layer_lanes": [_lane_count(f) for _, f in members],
+              "cancel_heads": sum(len(c) for c in cancels)},
     )

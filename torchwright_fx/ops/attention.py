@@ -174,6 +174,12 @@ def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
     return q, k
 
 
+def self_qk(geom: Geometry) -> tuple[list[Lin], list[Lin]]:
+    """Q/K of a head that attends exactly to its own position (the lobe at distance 0)."""
+    check_margins(geom, 0)
+    return _positional_qk(geom, 0)
+
+
 def _heads(
     prog: Program,
     geom: Geometry,

@@ -1,10 +1,16 @@
 """Residual-stream columns: the reserved ones (constant 1.0, RMSNorm pins) and one per signal.
 
-Column 0 is the constant; the pins follow (their count depends on d, see ``emit/rmsnorm.py``);
-then every live signal gets its own column in the order it is written.
+Column 0 is the constant; the pins follow (their count depends on d, see ``emit/rmsnorm.py``).
+A signal owns its column from the sublayer that writes it until its last reader. A sublayer
+can only add, so a column is reused only after its old value is cancelled: a self-attention
+head (the shift-by-0 lobe, exact one-hot weights) reads the dead value and writes its
+negation, leaving exact zeros. Cancels cost heads, so fresh columns are used first and a
+column is recycled only when d runs out.
 """
 
 from __future__ import annotations
+
+import heapq
 
 from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import Program
@@ -16,29 +22,64 @@ class WidthError(ValueError):
     """The program needs more residual columns than d_model provides."""
 
 
+def _reserved(d_model: int) -> int:
+    return 1 + pin_count(d_model)
+
+
+def _cancel_stage(last_read: int, n_layers: int) -> int | None:
+    """The first attention sublayer at or after the last read (it reads before it writes)."""
+    stage = last_read if last_read % 2 == 0 else last_read + 1
+    return stage if stage < 2 * n_layers else None
+
+
+def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dict[int, int]]:
+    """Columns for every live signal, and the cancel stage of each recycled signal."""
+    spans = plan.lifetimes(prog)
+    first = _reserved(d_model)
+    fresh = iter(range(first, d_model))
+    # recyclable columns: (stage after which the column is zero, column, previous owner)
+    released: list[tuple[int, int, int]] = []
+    holder: dict[int, int] = {}  # column -> current owner
+    columns: dict[int, int] = {}
+    cancels: dict[int, int] = {}
+    for sid in sorted(spans, key=lambda s: (spans[s][0], s)):
+        written = spans[sid][0]
+        col = next(fresh, None)
+        if col is None:
+            if not released or released[0][0] >= written:
+                raise WidthError(f"needs more than d_model={d_model} columns at stage {written}")
+            cancel, col, previous = heapq.heappop(released)
+            cancels[previous] = cancel
+        columns[sid] = col
+        holder[col] = sid
+        stage = _cancel_stage(spans[sid][1], plan.n_layers)
+        if stage is not None:
+            heapq.heappush(released, (stage, col, sid))
+    return columns, cancels
+
+
 def columns_needed(prog: Program, d_model: int) -> int:
-    return 1 + pin_count(d_model) + len(prog.live)
-
-
-def smallest_width(prog: Program, minimum: int = 16) -> int:
-    d = minimum
-    while columns_needed(prog, d) > d:
-        d *= 2
-    return d
+    return _reserved(d_model) + len(prog.live)
 
 
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
-    d = smallest_width(prog) if d_model is None else d_model
-    if not is_power_of_two(d):
-        raise WidthError(f"d_model={d}: the RMSNorm identity needs a power-of-two width")
-    need = columns_needed(prog, d)
-    if need > d:
-        raise WidthError(f"the program needs {need} residual columns but d_model={d}; "
-                         f"use d_model={smallest_width(prog)} (or leave it unset)")
-    plan.d_model = d
-    plan.const_col = 0
-    plan.pin_cols = list(range(1, 1 + pin_count(d)))
-    first = 1 + len(plan.pin_cols)
-    order = sorted(prog.live, key=lambda s: (plan.signal_stage(prog, s), s))
-    plan.columns = {s: first + i for i, s in enumerate(order)}
-    return plan
+    """Give every live signal a column; with no d_model, the smallest power of two that fits."""
+    if d_model is not None:
+        if not is_power_of_two(d_model):
+            raise WidthError(f"d_model={d_model}: the RMSNorm identity needs a power-of-two width")
+        candidates = [d_model]
+    else:
+        candidates = [1 << k for k in range(4, 17)]
+    error: WidthError | None = None
+    for d in candidates:
+        try:
+            plan.columns, plan.cancels = assign(prog, plan, d)
+        except WidthError as e:
+            error = e
+            continue
+        plan.d_model = d
+        plan.const_col = 0
+        plan.pin_cols = list(range(1, _reserved(d)))
+        return plan
+    raise WidthError(f"the program does not fit: {error}; leave d_model unset to pick the "
+                     "smallest width that fits, or schedule with optimize>=1")

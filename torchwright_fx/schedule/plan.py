@@ -22,6 +22,7 @@ EMBED_STAGE = -1
 class Plan:
     stage: dict[int, int]  # producer id -> stage
     columns: dict[int, int] = field(default_factory=dict)  # live signal id -> residual column
+    cancels: dict[int, int] = field(default_factory=dict)  # signal -> attention stage zeroing it
     d_model: int = 0
     const_col: int = 0
     pin_cols: list[int] = field(default_factory=list)
@@ -70,9 +71,10 @@ class Plan:
         for col, sigs in by_col.items():
             ordered = sorted(sigs, key=lambda s: spans[s][0])
             for a, b in zip(ordered, ordered[1:]):
-                if spans[b][0] <= spans[a][1]:
+                cancel = self.cancels.get(a)
+                if cancel is None or cancel < spans[a][1] or cancel % 2 or cancel >= spans[b][0]:
                     raise PlanError(f"column {col} holds {prog.signals[a].name} and "
-                                    f"{prog.signals[b].name} at once")
+                                    f"{prog.signals[b].name} without a cancel between them")
         missing = prog.live - set(self.columns)
         if missing:
             raise PlanError(f"live signals without a column: {sorted(missing)[:5]}")

@@ -120,7 +120,8 @@ def _unstable(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
     for sid, (written, last) in plan.lifetimes(prog).items():
         col = plan.columns[sid]
         first = states[written + 1][:, col]
-        for st in range(written + 1, min(last, len(states) - 2) + 1):
+        # the value must hold through the residual that its last reader sees (states[last])
+        for st in range(written + 1, min(last, len(states) - 1)):
             if not torch.equal(states[st + 1][:, col], first):
                 out.append(f"{prog.signals[sid].name} ({prog.signals[sid].source}) changed "
                            f"after stage {st}")

@@ -24,7 +24,8 @@ from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
 __all__ = [
-    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "check", "claim",
+    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "check",
+    "claim",
     "code", "compile", "emit", "gather", "is_token", "latch", "lookup", "mean", "position",
     "shift", "steps_since", "token", "trace", "using_vocab", "verify",
 ]

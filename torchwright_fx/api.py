@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import torch
 import torch.fx
@@ -186,7 +186,8 @@ class Compiled:
         s = self.stats()
         text = (
             f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
-            f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), d_head={s['d_head']}, "
+            f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
+            f"d_head={s['d_head']}, "
             f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
             f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
             f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
@@ -202,14 +203,6 @@ class Compiled:
                 f"- layers: {s['layers']}\n- hidden size: {s['d_model']}\n"
                 f"- heads: {s['heads_per_layer']} x {s['d_head']}\n"
                 f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
-
-
-@overload
-def compile(fn: Callable[..., Any], *, vocab: Vocab, **options: Any) -> Compiled: ...
-
-
-@overload
-def compile(fn: None = None, *, vocab: Vocab, **options: Any) -> Callable[..., Compiled]: ...
 
 
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab, d_model: int | None = None,

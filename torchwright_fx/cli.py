@@ -1,6 +1,7 @@
 """The ``torchwright-fx`` command.
 
-    torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--optimize N] [--d-model D] [--max-seq-len N]
+    torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--optimize N] [--d-model D]
+                           [--max-seq-len N]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
     torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime]

@@ -22,7 +22,7 @@ import torch.fx
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream, const_vector, to_stream
+from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, ffn
 from torchwright_fx.vocab import Vocab
 
@@ -145,7 +145,7 @@ def _code(token: str | float | int) -> float:
     return float(current_vocab()[token]) if isinstance(token, str) else float(token)
 
 
-# -- token intrinsics ------------------------------------------------------------------------------
+# -- token intrinsics --------------------------------------------------------------------------
 def _tokens(spec: str | Sequence[str]) -> list[str]:
     return [spec] if isinstance(spec, str) and (len(spec) == 1 or spec.startswith("<")) \
         else list(spec)
@@ -180,7 +180,7 @@ def code(x: torch.Tensor) -> torch.Tensor:
     return (x * torch.arange(x.shape[1], dtype=x.dtype)).sum(-1, keepdim=True)
 
 
-# -- lookup ---------------------------------------------------------------------------------------
+# -- lookup ------------------------------------------------------------------------------------
 def _table_value(value: str | float | int) -> float:
     return _code(value) if isinstance(value, str) else float(value)
 
@@ -233,7 +233,7 @@ def lookup(v: torch.Tensor, table: dict, default: str | float = 0.0) -> torch.Te
     return torch.tensor([values.get(k, fallback) for k in keys])[:, None]
 
 
-# -- attention intrinsics ---------------------------------------------------------------------------
+# -- attention intrinsics ----------------------------------------------------------------------
 def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
     if not isinstance(k, int) or k < 0:
         raise ctx.error(f"shift offset must be a constant int >= 0, got {k!r}")
@@ -282,7 +282,7 @@ def latch(v: torch.Tensor, when: torch.Tensor) -> torch.Tensor:
     return v[torch.cummax(marks, dim=0).values]
 
 
-# -- output -----------------------------------------------------------------------------------------
+# -- output ------------------------------------------------------------------------------------
 def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
                 default: str | float = "<eos>") -> Stream:
     if trigger.width != 1 or not trigger.ranges[0].is_bool:
@@ -324,7 +324,7 @@ def emit(trigger: torch.Tensor, seq: Sequence[Any], default: str | float = "<eos
     return out[:, None]
 
 
-# -- declarations -------------------------------------------------------------------------------------
+# -- declarations ------------------------------------------------------------------------------
 def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool = False) -> Stream:
     rng = Interval(float(lo), float(hi), integral)
     return Stream(v.cols, [rng] * v.width, v.is_bool)
@@ -345,7 +345,7 @@ def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torc
 
 
 
-# -- position-based intrinsics -------------------------------------------------------------------
+# -- position-based intrinsics -----------------------------------------------------------------
 def _bos(ctx: LowerCtx) -> Lin:
     return _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0]
 

@@ -74,7 +74,7 @@ def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int,
         for r in range(d_head):
             q[base + r] = w.row(head.q[r], q_scale)
             k[base + r] = w.row(head.k[r])
-        for r, (lin, sid) in enumerate(zip(head.v, head.outputs)):
+        for r, (lin, sid) in enumerate(zip(head.v, head.outputs, strict=True)):
             v[base + r] = w.row(lin)
             col = w.column(sid)
             if col is not None:
@@ -112,7 +112,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
     members = layer_members(prog, plan)
     cancels = [tuple(_cancel_head(geom, sigs, -1) for sigs in groups)
                for groups in cancel_groups(plan, geom)]
-    n_heads = max(1, max(len(h) + len(c) for (h, _), c in zip(members, cancels)))
+    n_heads = max(1, max(len(h) + len(c) for (h, _), c in zip(members, cancels, strict=True)))
     d_ff = max(1, max(_lane_count(f) for _, f in members))
 
     embed = torch.zeros(vocab, d, dtype=torch.float64)
@@ -123,7 +123,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
 
     gain = torch.full((d,), pins.gain)
     layers = []
-    for (heads, ffns), layer_cancels in zip(members, cancels):
+    for (heads, ffns), layer_cancels in zip(members, cancels, strict=True):
         qkv, o = _attention(w, heads, n_heads, geom.d_head, layer_cancels)
         gate_up, down = _mlp(w, ffns, d_ff)
         layers.append(LayerWeights(qkv.float(), o.float(), gate_up.float(), down.float(),
@@ -145,7 +145,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
         meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
-              "layer_heads": [len(h) + len(c) for (h, _), c in zip(members, cancels)],
+              "layer_heads": [len(h) + len(c) for (h, _), c in zip(members, cancels, strict=True)],
               "layer_lanes": [_lane_count(f) for _, f in members],
               "cancel_heads": sum(len(c) for c in cancels)},
     )

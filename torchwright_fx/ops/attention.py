@@ -97,7 +97,7 @@ def _query_rotary(geom: Geometry, offset: int) -> tuple[float, float]:
     return a * math.cos(geom.theta * offset), -a * math.sin(geom.theta * offset)
 
 
-# -- margin check --------------------------------------------------------------------------------
+# -- margin check ------------------------------------------------------------------------------
 @lru_cache(maxsize=256)
 def measured_gap(geom: Geometry, offset: int, with_validity: bool) -> tuple[float, int]:
     """Smallest fp32 logit gap (winner minus runner-up) over all query positions, and the
@@ -164,7 +164,7 @@ def largest_working_length(d_head: int, offset: int, with_validity: bool,
     return lo
 
 
-# -- head builders ---------------------------------------------------------------------------------
+# -- head builders -----------------------------------------------------------------------------
 def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
@@ -222,7 +222,7 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid:
     return _heads(prog, geom, q, k, values, ranges, name, source)
 
 
-# -- content heads (no positional term) --------------------------------------------------------------
+# -- content heads (no positional term) --------------------------------------------------------
 # Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the
 # fallback then trails a valid key by C/2 = AMPLITUDE_HEADROOM * ATTENTION_MARGIN.
 MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN

@@ -46,7 +46,8 @@ class Bank:
     def const(self, out: int, value: float) -> None:
         self.consts[out] += value
 
-    def finish(self, prog: Program, ranges: Sequence[Interval], name: str, source: str) -> list[Lin]:
+    def finish(self, prog: Program, ranges: Sequence[Interval], name: str,
+               source: str) -> list[Lin]:
         pid = prog.next_producer_id()
         outputs: dict[int, dict[int, float]] = {}
         result: list[Lin] = []

@@ -54,7 +54,8 @@ def measured_error(n: int) -> float:
     total = torch.zeros(n, dtype=torch.float32)
     for yk, ak, sharp in knots(n):
         k = SILU_SCALE * sharp
-        gate = (torch.tensor(k * yk, dtype=torch.float32) - torch.tensor(k, dtype=torch.float32) * y)
+        f32 = torch.float32
+        gate = torch.tensor(k * yk, dtype=f32) - torch.tensor(k, dtype=f32) * y
         total += torch.nn.functional.silu(gate) * torch.tensor(ak / k, dtype=torch.float32)
     return float((total.double() - torch.arange(n, dtype=torch.float64)).abs().max())
 

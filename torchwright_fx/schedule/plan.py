@@ -70,7 +70,7 @@ class Plan:
             by_col.setdefault(col, []).append(s)
         for col, sigs in by_col.items():
             ordered = sorted(sigs, key=lambda s: spans[s][0])
-            for a, b in zip(ordered, ordered[1:]):
+            for a, b in zip(ordered, ordered[1:], strict=False):
                 cancel = self.cancels.get(a)
                 if cancel is None or cancel < spans[a][1] or cancel % 2 or cancel >= spans[b][0]:
                     raise PlanError(f"column {col} holds {prog.signals[a].name} and "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.fx
@@ -132,7 +132,8 @@ def _unstable(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
 def _failed_checks(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
     prog = compiled.build.program
     failed = []
-    for name, predicate, msg, source in prog.memo.get("checks", []):  # type: ignore[union-attr]
+    checks = cast(list, prog.memo.get("checks", []))
+    for name, predicate, msg, source in checks:
         cols = prog.views.get(name)
         if cols is None or not all(_materialised(c, compiled) for c in cols):
             continue

@@ -88,7 +88,7 @@ def verify(compiled: Compiled, inputs: Iterable[str] | None = None, *, exhaustiv
            oracle: Callable[[str], str] | None = None) -> VerifyReport:
     """Compare the compiled model's greedy output with the reference on every prompt."""
     oracle = oracle or compiled.oracle
-    report = VerifyReport(compiled.__name__, backend)
+    report = VerifyReport(compiled.fn.__name__, backend)
     model = _Logits(compiled, backend)
     vocab = compiled.vocab
     for prompt in _prompts(compiled, inputs, exhaustive, samples, seed):

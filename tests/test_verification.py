@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import operator
 
 import pytest
 import torch
 
 import torchwright_fx as tw
-from torchwright_fx.ops import ffn
+from torchwright_fx.lower import table
 
 VOCAB = tw.Vocab("abcdef\n")
 
@@ -31,12 +32,12 @@ def test_probe_is_clean_on_a_correct_build():
 
 
 def test_probe_names_a_planted_wrong_construction(monkeypatch):
-    real_step = ffn.step
+    real_rule = table.FUNCTIONS[operator.gt]
 
-    def off_by_one(bank, out, x, rng, t, *, strict, weight=1.0):  # one perturbed threshold
-        real_step(bank, out, x, rng, t + 1 if t == 6 else t, strict=strict, weight=weight)
+    def off_by_one(ctx, a, b):  # the lowering of `>` with a perturbed threshold
+        return real_rule(ctx, a, b + 1 if b == 6 else b)
 
-    monkeypatch.setattr(ffn, "step", off_by_one)
+    monkeypatch.setitem(table.FUNCTIONS, operator.gt, off_by_one)
     compiled = tw.compile(_program, vocab=VOCAB, max_seq_len=32)
     report = compiled.probe("abcdef\n")
     assert report.first_bad is not None, str(report)

@@ -15,11 +15,12 @@ import torch
 
 import torchwright_fx as tw
 
-MAX_BITS = 4
+MAX_BITS = 8
 VOCAB = tw.Vocab("01\n")
 DEMOS = ["1011\n", "1111\n", "0\n", "0011\n"]
 EDGE_CASES = ["0\n", "1\n", "10\n", "11\n", "100\n", "101\n", "110\n", "111\n", "1011\n",
-              "1111\n", "0000\n", "0011\n"]
+              "1111\n", "0000\n", "0011\n", "11111111\n", "00000000\n", "10000000\n",
+              "01111111\n"]
 
 
 def oracle(prompt: str) -> str:

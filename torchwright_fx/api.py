@@ -52,8 +52,9 @@ class Traced:
         return out.reshape(len(ids), -1)[:, 0]
 
 
-def trace(fn: Callable[..., Any], *, vocab: Vocab) -> Traced:
-    return Traced(fn, vocab)
+def trace(fn: Callable[..., Any], *, vocab: Vocab | None = None) -> Traced:
+    """Capture ``fn`` without compiling: print it to see the fx graph and widths."""
+    return Traced(fn, _vocab_for(fn, vocab))
 
 
 class Compiled:
@@ -205,14 +206,25 @@ class Compiled:
                 f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
 
 
-def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab, d_model: int | None = None,
-            d_head: int = 16, max_seq_len: int = 512, optimize: int = 0,
-            machine: MachineKind | None = None) -> Any:
-    """``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Compiling is lazy: it
-    happens on first use (generate, save_pretrained, report) or on ``.compile()``."""
+def _vocab_for(fn: Callable[..., Any], vocab: Vocab | None) -> Vocab:
+    if vocab is not None:
+        return vocab
+    found = getattr(fn, "__globals__", {}).get("VOCAB")
+    if isinstance(found, Vocab):
+        return found
+    raise TypeError(f"{fn.__qualname__}: pass vocab=tw.Vocab(...) or define a module-level "
+                    "VOCAB = tw.Vocab(...) beside the function")
+
+
+def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
+            d_model: int | None = None, d_head: int = 16, max_seq_len: int = 512,
+            optimize: int = 0, machine: MachineKind | None = None) -> Any:
+    """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
+    ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
+    first use (generate, save_pretrained, report) or on ``.compile()``."""
     opts = Options(d_model, d_head, max_seq_len, optimize, machine)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
-        return Compiled(f, vocab, opts)
+        return Compiled(f, _vocab_for(f, vocab), opts)
 
     return wrap if fn is None else wrap(fn)

@@ -1,0 +1,86 @@
+"""The user's surface: decorators, trace, report, lazy compile, save."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import torchwright_fx as tw
+
+VOCAB = tw.Vocab("ab\n")
+
+
+@tw.compile
+def echo_last(x):
+    newline = tw.is_token(x, "\n")
+    return tw.emit(newline, [tw.latch(tw.shift(tw.code(x), 1), newline)])
+
+
+def test_bare_decorator_uses_the_module_vocab():
+    assert echo_last.vocab is VOCAB
+    assert echo_last.generate("ab\n") == echo_last.reference("ab\n") == "b"
+
+
+def test_decorator_with_arguments_and_call_form_agree():
+    def prog(x):
+        return tw.emit(tw.is_token(x, "\n"), [tw.shift(tw.code(x), 2)])
+
+    a = tw.compile(vocab=VOCAB, max_seq_len=32)(prog)
+    b = tw.compile(prog, vocab=VOCAB, max_seq_len=32)
+    assert a.generate("ba\n") == b.generate("ba\n") == "b"
+
+
+def test_missing_vocab_is_a_clear_error():
+    namespace: dict = {}
+    exec("def prog(x):\n    return x\n", namespace)
+    with pytest.raises(TypeError, match="vocab="):
+        tw.compile(namespace["prog"])
+
+
+def test_trace_shows_the_graph_without_compiling():
+    traced = tw.trace(echo_last.fn, vocab=VOCAB)
+    text = repr(traced)
+    assert "latch" in text and "width=1" in text
+    assert isinstance(traced.graph_module, torch.fx.GraphModule)
+
+
+def test_calling_the_compiled_object_runs_the_eager_function():
+    x = VOCAB.one_hot(VOCAB.encode("ab\n"))
+    out = echo_last(x)
+    assert out.shape == (4, 1)
+
+
+def test_compile_is_lazy_and_report_has_the_figures(capsys):
+    def prog(x):
+        return tw.emit(tw.is_token(x, "\n"), [tw.code(x)])
+
+    compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=32)
+    assert compiled._build is None
+    text = compiled.report()
+    stats = compiled.stats()
+    for key in ("layers", "critical_path_layers", "d_model", "peak_live_width", "heads_per_layer",
+                "lanes_per_layer", "parameters", "compile_seconds"):
+        assert key in stats
+    assert "layers" in text and "critical-path bound" in text and "peak live width" in text
+    assert stats["layers"] >= stats["critical_path_layers"]
+    assert stats["d_model"] >= stats["peak_live_width"]
+
+
+def test_save_pretrained_is_atomic_and_replaces(tmp_path):
+    target = tmp_path / "model"
+    echo_last.save_pretrained(target)
+    first = json.loads((target / "config.json").read_text())
+    echo_last.save_pretrained(target)  # replaces in place
+    assert json.loads((target / "config.json").read_text()) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging left behind
+
+
+def test_failed_compile_leaves_no_directory(tmp_path):
+    def prog(x):
+        return tw.emit(tw.is_token(x, "\n"), [torch.sin(tw.code(x))])
+
+    with pytest.raises(tw.CompileError):
+        tw.compile(prog, vocab=VOCAB).save_pretrained(tmp_path / "never")
+    assert not (tmp_path / "never").exists()

@@ -111,3 +111,19 @@ def test_margins_hold_at_default_length():
     geom = Geometry(16, 512)
     for offset in (0, 1, 5, 100, 511):
         assert check_margins(geom, offset) >= 120
+
+
+@pytest.mark.parametrize("name", ["position", "steps_since", "mean"])
+def test_checkpoint_hidden_state_values_equal_reference(compiled, name, tmp_path):
+    """Non-token values, read from the checkpoint's residual stream: the last decoder layer's
+    output holds every live signal in its column (the final norm only zeroes the pins)."""
+    program = compiled[name]
+    model, _ = load_hf(program.save_pretrained(tmp_path / name))
+    for length in LENGTHS:
+        ids = _stream(length, seed=200 + length)
+        want = program.traced.run(ids).double()
+        with torch.no_grad():
+            hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+        got = _final_residual_value(program, hidden)
+        tolerance = 1e-5 if name == "mean" else 0.05
+        assert (got - want).abs().max() <= tolerance, (length, (got - want).abs().max())

@@ -179,7 +179,8 @@ class Compiled:
             "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
             "parameters": m.parameters(), "zero_fraction": m.zero_fraction(),
             "scheduler": b.plan.scheduler, "status": b.plan.status,
-            "proven_bound": b.plan.proven_bound, "compile_seconds": self.compile_seconds,
+            "proven_bound": b.plan.proven_bound, "solve_seconds": b.plan.solve_seconds,
+            "compile_seconds": self.compile_seconds,
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
         }
 

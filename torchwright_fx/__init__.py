@@ -20,12 +20,21 @@ from torchwright_fx.intrinsics import (
     token,
     using_vocab,
 )
+from torchwright_fx.numeric import (
+    digits_to_number,
+    equals,
+    lookup2,
+    number_to_digits,
+    piecewise,
+    reciprocal,
+)
 from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
 __all__ = [
     "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "check",
-    "claim",
+    "claim", "digits_to_number", "equals", "lookup2", "number_to_digits", "piecewise",
+    "reciprocal",
     "code", "compile", "emit", "gather", "is_token", "latch", "lookup", "mean", "position",
     "shift", "steps_since", "token", "trace", "using_vocab", "verify",
 ]

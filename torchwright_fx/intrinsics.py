@@ -398,8 +398,9 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
 
 def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream:
     valid = _valid_with_fallback(ctx, where, 1, 0.5)
-    cols = attention.mean(ctx.prog, ctx.geom, v.cols, v.ranges, valid, ctx.name, ctx.source)
-    return Stream(cols, [Interval(r.lo, r.hi) for r in v.ranges])
+    ranges = [Interval(r.lo, r.hi) for r in v.ranges]  # an average of integers is not one
+    cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
+    return Stream(cols, ranges)
 
 
 @intrinsic(_lower_mean)

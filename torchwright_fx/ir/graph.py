@@ -89,6 +89,7 @@ class Program:
     sources: dict[str, str] = field(default_factory=dict)  # fx node name -> user source line
     live: set[int] = field(default_factory=set)  # signals something reads (set by passes.dce)
     memo: dict[str, object] = field(default_factory=dict)  # shared sub-results (e.g. position)
+    _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
 
     # -- building -------------------------------------------------------------------------
     def new_signal(self, producer: int, rng: Interval, name: str, source: str) -> int:
@@ -98,11 +99,12 @@ class Program:
 
     def embed(self, table: tuple[float, ...], rng: Interval, name: str, source: str) -> Lin:
         """A per-token feature; identical tables share one signal."""
-        for sid, existing in self.embed_tables.items():
-            if existing == table:
-                return Lin.of(sid)
+        known = self._embed_index.get(table)
+        if known is not None and known in self.embed_tables:
+            return Lin.of(known)
         sid = self.new_signal(EMBED, rng, name, source)
         self.embed_tables[sid] = table
+        self._embed_index[table] = sid
         return Lin.of(sid)
 
     def next_producer_id(self) -> int:

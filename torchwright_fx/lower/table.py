@@ -1,13 +1,16 @@
 """The lowering table: each fx target (torch function, Tensor method, Python operator) mapped
 to one rule ``rule(ctx, *args, **kwargs) -> Stream``. A rule builds the output's affine forms
-(linear ops: no producer at all) or one FFN bank (non-linear ops), and derives the output's
-value ranges from its inputs' ranges. Intrinsics carry their own rule (``intrinsics.py``).
+(linear ops: no producer at all) or FFN banks (non-linear ops), and derives the output's value
+ranges from its inputs' ranges. Intrinsics carry their own rule (``intrinsics.py``,
+``numeric.py``). The constructions themselves are in ``ops/ffn.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -18,11 +21,12 @@ from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn
-from torchwright_fx.ops.lanes import Bank
+from torchwright_fx.ops.ffn import Grid, Pwl, Step
 
 Rule = Callable[..., Any]
 FUNCTIONS: dict[Any, Rule] = {}
 METHODS: dict[str, Rule] = {}
+INF = math.inf
 
 
 def rule(*functions: Any, methods: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
@@ -40,6 +44,60 @@ def _streams(ctx: LowerCtx, *values: Any) -> list[Stream]:
     return [to_stream(v, ctx.out_width) for v in values]
 
 
+@contextlib.contextmanager
+def user_errors(ctx: LowerCtx) -> Iterator[None]:
+    """Turn a construction's RangeError into a CompileError naming the user's line."""
+    try:
+        yield
+    except ffn.RangeError as e:
+        raise ctx.error(str(e)) from None
+
+
+def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
+    return ffn.grid_of(x, rng, lambda sid: ctx.prog.signals[sid].range)
+
+
+class Columns:
+    """One FFN bank being filled column by column. A column is either a ``Pwl`` of one value
+    (its affine part kept outside the bank) or bank-complete (``whole``: lanes + constants)."""
+
+    def __init__(self, ctx: LowerCtx, width: int):
+        self.ctx, self.bank = ctx, ctx.bank(width)
+        self.affine = [Lin() for _ in range(width)]
+        self.lanes: list[Interval | None] = [Interval.point(0.0)] * width
+
+    def pwl(self, i: int, x: Lin, rng: Interval, f: Pwl) -> None:
+        e = ffn.emit(self.bank, i, x, rng, f)
+        self.affine[i] = self.affine[i] + e.affine
+        lanes = self.lanes[i]
+        assert lanes is not None, "a column is either pwl or whole"
+        self.lanes[i] = lanes + e.lanes
+
+    def whole(self, i: int) -> None:
+        self.lanes[i] = None
+
+    def finish(self, ranges: Sequence[Interval], is_bool: bool = False) -> Stream:
+        signal_ranges = []
+        for lanes, rng, affine in zip(self.lanes, ranges, self.affine, strict=True):
+            if lanes is None:
+                signal_ranges.append(rng)
+            else:  # integer-valued output minus an integer constant: integer-valued lanes
+                whole = rng.integral and affine.is_const and float(affine.const).is_integer()
+                signal_ranges.append(Interval(lanes.lo, lanes.hi, whole))
+        cols = self.ctx.finish(self.bank, signal_ranges)
+        cols = [c + a for c, a in zip(cols, self.affine, strict=True)]
+        return Stream(cols, list(ranges), is_bool)
+
+
+def pwl_stream(ctx: LowerCtx, xs: Sequence[Lin], rngs: Sequence[Interval], fs: Sequence[Pwl],
+               ranges: Sequence[Interval], is_bool: bool = False) -> Stream:
+    """Column i = fs[i](xs[i]), in one bank."""
+    cols = Columns(ctx, len(fs))
+    for i, (x, r, f) in enumerate(zip(xs, rngs, fs, strict=True)):
+        cols.pwl(i, x, r, f)
+    return cols.finish(ranges, is_bool)
+
+
 # -- linear ------------------------------------------------------------------------------------
 @rule(operator.add, torch.add, methods=("add", "__add__", "__radd__"))
 def _add(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
@@ -49,13 +107,18 @@ def _add(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
                         "write a | b, or convert with .float() first")
     if alpha != 1.0:
         y = _scale(y, [float(alpha)] * y.width)
-    return Stream([p + q for p, q in zip(x.cols, y.cols)],
-                  [r + s for r, s in zip(x.ranges, y.ranges)])
+    return Stream([p + q for p, q in zip(x.cols, y.cols, strict=True)],
+                  [r + s for r, s in zip(x.ranges, y.ranges, strict=True)])
 
 
 @rule(operator.sub, torch.sub, methods=("sub", "__sub__"))
 def _sub(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
     return _add(ctx, a, _scale(to_stream(b, ctx.out_width), [-float(alpha)] * ctx.out_width))
+
+
+@rule(torch.rsub, methods=("__rsub__",))
+def _rsub(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+    return _sub(ctx, b, a)
 
 
 @rule(operator.neg, torch.neg, methods=("neg", "__neg__"))
@@ -69,32 +132,8 @@ def _pos(ctx: LowerCtx, a: Any) -> Stream:
 
 
 def _scale(x: Stream, ks: list[float]) -> Stream:
-    return Stream([c * k for c, k in zip(x.cols, ks)], [r.scale(k) for r, k in zip(x.ranges, ks)])
-
-
-@rule(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
-def _mul(ctx: LowerCtx, a: Any, b: Any) -> Stream:
-    w = ctx.out_width
-    if is_const(b) or is_const(a):
-        stream, k = (a, b) if is_const(b) else (b, a)
-        return _scale(to_stream(stream, w), const_vector(k, w))
-    x, y = _streams(ctx, a, b)
-    bank = ctx.bank(w)
-    for i in range(w):
-        try:
-            ffn.product(bank, i, x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
-        except ffn.RangeError as e:
-            raise ctx.error(str(e)) from None
-    ranges = [r * s for r, s in zip(x.ranges, y.ranges)]
-    return Stream(ctx.finish(bank, ranges), ranges, x.is_bool and y.is_bool)
-
-
-@rule(operator.truediv, torch.div, torch.true_divide, methods=("div", "__truediv__"))
-def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
-    if not is_const(b) or rounding_mode is not None:
-        raise ctx.error("division by a stream (or with rounding) is not supported yet",
-                        "divide by a constant, or use a lookup table")
-    return _scale(to_stream(a, ctx.out_width), [1.0 / k for k in const_vector(b, ctx.out_width)])
+    return Stream([c * k for c, k in zip(x.cols, ks, strict=True)],
+                  [r.scale(k) for r, k in zip(x.ranges, ks, strict=True)])
 
 
 @rule(operator.getitem)
@@ -110,6 +149,8 @@ def _getitem(ctx: LowerCtx, v: Any, index: Any) -> Stream:
                         "move between positions with tw.shift / tw.latch")
     cols = list(range(v.width))
     last = idx[1]
+    if last is None:  # v[:, None] turns a [seq] stream into [seq, 1]: the same column
+        return v
     picked = cols[last] if isinstance(last, slice) else (
         [cols[i] for i in last] if isinstance(last, (list, tuple)) else [cols[int(last)]])
     return Stream([v.cols[i] for i in picked], [v.ranges[i] for i in picked], v.is_bool)
@@ -120,7 +161,19 @@ def _cat(ctx: LowerCtx, tensors: Any, dim: int = 0) -> Stream:
     if dim not in (-1, 1):
         raise ctx.error(f"torch.cat along dim {dim}", "concatenate along the last dim (dim=-1)")
     parts = [to_stream(t, 1) if not isinstance(t, Stream) else t for t in tensors]
-    return Stream([c for p in parts for c in p.cols], [r for p in parts for r in p.ranges])
+    return Stream([c for p in parts for c in p.cols], [r for p in parts for r in p.ranges],
+                  all(p.is_bool for p in parts))
+
+
+@rule(torch.stack)
+def _stack(ctx: LowerCtx, tensors: Any, dim: int = 0) -> Stream:
+    """stack of [seq] (width-1) streams along the last dim is a concatenation of columns."""
+    parts = [to_stream(t, 1) if not isinstance(t, Stream) else t for t in tensors]
+    if dim not in (-1, 1) or any(p.width != 1 for p in parts):
+        raise ctx.error(f"torch.stack along dim {dim} of streams of widths "
+                        f"{[p.width for p in parts]}",
+                        "stack [seq] streams (e.g. v[:, 0]) with dim=-1, or use torch.cat")
+    return _cat(ctx, parts, -1)
 
 
 def _weights(w: Any) -> torch.Tensor:
@@ -162,14 +215,19 @@ def _apply_matrix(x: Stream, w: torch.Tensor, bias: torch.Tensor | None) -> Stre
     return Stream(cols, ranges)
 
 
+def _last_dim(ctx: LowerCtx, dim: Any, what: str) -> None:
+    if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
+        raise ctx.error(f"{what} over positions (or all dims)", f"{what} over the last dim: "
+                        f"v.{what}(-1)")
+
+
 @rule(torch.sum, methods=("sum",))
 def _sum(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False, **_: Any) -> Stream:
-    if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
-        raise ctx.error("sum over positions (or all dims)", "sum over the last dim: v.sum(-1)")
-    x = to_stream(v, 1)
+    _last_dim(ctx, dim, "sum")
+    x = v if isinstance(v, Stream) else to_stream(v, 1)
     total = Lin()
     rng = Interval.point(0.0)
-    for c, r in zip(x.cols, x.ranges):
+    for c, r in zip(x.cols, x.ranges, strict=True):
         total, rng = total + c, rng + r
     return Stream([total], [rng])
 
@@ -189,15 +247,6 @@ def _to_bool(ctx: LowerCtx, v: Any) -> Stream:
     return _compare(ctx, x, 0.0, "ne")
 
 
-@rule(methods=("int", "long", "round"))
-def _to_int(ctx: LowerCtx, v: Any, *_: Any) -> Stream:
-    x = to_stream(v, ctx.out_width)
-    if not all(r.integral for r in x.ranges):
-        raise ctx.error("rounding a non-integer stream is not supported yet",
-                        "declare it integral with tw.claim(v, lo, hi, integral=True)")
-    return Stream(x.cols, x.ranges)
-
-
 @rule(torch.squeeze, torch.unsqueeze, torch.reshape, methods=(
     "squeeze", "unsqueeze", "view", "reshape", "flatten"))
 def _reshape(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
@@ -213,6 +262,277 @@ def _const_like(ctx: LowerCtx, v: Any, *args: Any, **kwargs: Any) -> Stream:
     return Stream.const([float(r) for r in row], ctx.node.meta["tw_dtype"] == torch.bool)
 
 
+# -- products, powers, reciprocals ----------------------------------------------------------------
+@rule(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
+def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
+    w = ctx.out_width
+    if is_const(b) or is_const(a):
+        stream, k = (a, b) if is_const(b) else (b, a)
+        return _scale(to_stream(stream, w), const_vector(k, w))
+    x, y = _streams(ctx, a, b)
+    return product(ctx, x, y, step)
+
+
+def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> Stream:
+    """Elementwise x * y of two streams (SwiGLU: exact, 2 lanes; ReLU: a 0/1 gate, else the
+    quarter-square tables over the declared ranges)."""
+    cols = Columns(ctx, x.width)
+    with user_errors(ctx):
+        for i in range(x.width):
+            a, ra, b, rb = x.cols[i], x.ranges[i], y.cols[i], y.ranges[i]
+            if ctx.prog.machine == "swiglu" or ra.is_bool or rb.is_bool:
+                ffn.product(cols.bank, i, a, ra, b, rb)
+                cols.whole(i)
+                continue
+            grids = (grid(ctx, a, ra), grid(ctx, b, rb))
+            for part_x, part_r, f in ffn.quarter_square_tables(a, ra, b, rb, step, grids):
+                cols.pwl(i, part_x, part_r, f)
+    ranges = [_square_range(r) if p == q else r * s
+              for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True)]
+    return cols.finish(ranges, x.is_bool and y.is_bool)
+
+
+def _square_range(r: Interval) -> Interval:
+    lo = 0.0 if r.lo <= 0 <= r.hi else min(r.lo * r.lo, r.hi * r.hi)
+    return Interval(lo, max(r.lo * r.lo, r.hi * r.hi), r.integral)
+
+
+def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream:
+    """x ** n for a constant integer n >= 0: SwiGLU multiplies exactly (repeated squaring);
+    ReLU reads a table of t ** n over x's declared range (exact on lattice points)."""
+    if n == 0:
+        return Stream.const([1.0] * x.width)
+    if n == 1:
+        return x
+    if ctx.prog.machine == "swiglu":
+        half = power(ctx, x, n // 2)
+        sq = product(ctx, half, half)
+        return product(ctx, sq, x) if n % 2 else sq
+    fs, ranges = [], []
+    with user_errors(ctx):
+        for c, r in zip(x.cols, x.ranges, strict=True):
+            ffn.need_finite(r, f"x ** {n} on the ReLU machine")
+            fs.append(ffn.power_pwl(ffn.table_knots(r, grid(ctx, c, r), step), n))
+            ranges.append(_power_range(r, n))
+    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+
+
+def _power_range(r: Interval, n: int) -> Interval:
+    if n % 2 == 0:
+        return Interval(_square_range(r).lo ** (n // 2) if r.lo * r.hi > 0 else 0.0,
+                        r.magnitude ** n, r.integral)
+    return Interval(r.lo ** n, r.hi ** n, r.integral)
+
+
+@rule(torch.square, methods=("square",))
+def _square(ctx: LowerCtx, a: Any, *, step: float | None = None) -> Stream:
+    return power(ctx, to_stream(a, ctx.out_width), 2, step)
+
+
+@rule(operator.pow, torch.pow, methods=("pow", "__pow__"))
+def _pow(ctx: LowerCtx, a: Any, n: Any) -> Stream:
+    if not isinstance(a, Stream) or isinstance(n, Stream) or not float(n).is_integer() \
+            or n < 0:
+        raise ctx.error(f"a power with exponent {n!r}",
+                        "only stream ** (constant integer >= 0) compiles; use tw.piecewise for "
+                        "other functions of one value")
+    return power(ctx, to_stream(a, ctx.out_width), int(n))
+
+
+@rule(torch.reciprocal, methods=("reciprocal",))
+def _reciprocal_rule(ctx: LowerCtx, a: Any) -> Stream:
+    return reciprocal(ctx, to_stream(a, ctx.out_width))
+
+
+def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> Stream:
+    """1/x over a declared range of one sign: a piecewise-linear table, exact on lattice
+    points when there are few, else within rel_tol relative (half interpolation, half
+    SwiGLU corner rounding)."""
+    fs, ranges = [], []
+    with user_errors(ctx):
+        for c, r in zip(x.cols, x.ranges, strict=True):
+            knots = ffn.reciprocal_knots(r, grid(ctx, c, r), rel_tol)
+            f = ffn.reciprocal_pwl(knots)
+            sharp = ffn.sharpness_for(knots, f, lambda k: rel_tol / 2 / abs(k),
+                                      ctx.prog.machine, "1/x")
+            fs.append(ffn.with_sharpness(f, sharp))
+            lo, hi = sorted((1.0 / r.lo, 1.0 / r.hi))
+            slack = rel_tol * max(abs(lo), abs(hi)) if ctx.prog.machine == "swiglu" else 0.0
+            ranges.append(Interval(lo - slack, hi + slack))
+    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+
+
+@rule(operator.truediv, torch.div, torch.true_divide, methods=(
+    "div", "__truediv__", "true_divide"))
+def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
+    w = ctx.out_width
+    if is_const(b):
+        quotient = _scale(to_stream(a, w), [1.0 / k for k in const_vector(b, w)])
+    elif is_const(a):  # c / x
+        quotient = _scale(reciprocal(ctx, to_stream(b, w)), const_vector(a, w))
+    else:
+        x, y = _streams(ctx, a, b)
+        quotient = product(ctx, x, reciprocal(ctx, y))
+    if rounding_mode is None:
+        return quotient
+    if rounding_mode not in ("floor", "trunc"):
+        raise ctx.error(f"rounding_mode={rounding_mode!r}")
+    return rounded(ctx, quotient, rounding_mode)
+
+
+# -- rounding -------------------------------------------------------------------------------------
+def _round_range(kind: str, r: Interval) -> Interval:
+    f = ffn.ROUNDERS[kind]
+    lo = float(f(r.lo)) if math.isfinite(r.lo) else r.lo
+    hi = float(f(r.hi)) if math.isfinite(r.hi) else r.hi
+    return Interval(lo, hi, True)
+
+
+def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
+    """floor / ceil / round (half to even) / trunc of every column: a staircase on x's grid
+    (exact at lattice points) or off-grid (exact outside RAMP_WIDTH of each threshold), split
+    into coarse and fine stages when one stage would leave fp32's exact range."""
+    first = Columns(ctx, x.width)
+    plans: list[ffn.StairPlan | None] = []
+    ranges: list[Interval] = []
+    direct: dict[int, Lin] = {}  # columns that need no lanes
+    with user_errors(ctx):
+        for i, (c, r) in enumerate(zip(x.cols, x.ranges, strict=True)):
+            g = grid(ctx, c, r)
+            if (g is not None and g.integral) or r.lo == r.hi:
+                plans.append(None)  # already an integer, or a constant
+                direct[i] = c if r.lo != r.hi else Lin.constant(_round_range(kind, r).lo)
+                ranges.append(_round_range(kind, r))
+                continue
+            ffn.need_finite(r, f"{kind}")
+            tight = g.shrink(r) if g is not None else r
+            plan = ffn.plan_rounding(kind, tight, g)
+            plans.append(plan)
+            if plan.block is None:
+                base, steps = ffn.rounding_steps(kind, tight.lo, tight.hi)
+                first.pwl(i, c, tight, ffn.staircase(base, steps, g))
+                ranges.append(_round_range(kind, r))
+            else:
+                coarse = ffn.coarse_steps(tight, plan.origin, plan.block)
+                first.pwl(i, c, tight, ffn.staircase(0.0, coarse, g))
+                ranges.append(Interval(0, len(coarse), True))
+    stage1 = first.finish(ranges)
+    out_cols = [direct.get(i, s) for i, s in enumerate(stage1.cols)]
+    if not any(p is not None and p.block is not None for p in plans):
+        return Stream(out_cols, [_round_range(kind, r) for r in x.ranges])
+    return _fine_stage(ctx, x, kind, plans, stage1, out_cols)
+
+
+def _fine_stage(ctx: LowerCtx, x: Stream, kind: str, plans: list[ffn.StairPlan | None],
+                stage1: Stream, out_cols: list[Lin]) -> Stream:
+    """Second stage of a split staircase: kind(x) = block*q + kind(x - block*q)."""
+    second = Columns(ctx, x.width)
+    fine_ranges = []
+    with user_errors(ctx):
+        for i, plan in enumerate(plans):
+            if plan is None or plan.block is None:
+                fine_ranges.append(Interval.point(0.0))
+                continue
+            c, r, q = x.cols[i], x.ranges[i], stage1.cols[i]
+            g = grid(ctx, c, r)
+            assert g is not None
+            r_rng = ffn.remainder_range(g.shrink(r), plan.origin, plan.block, g)
+            rem = c - q * float(plan.block)
+            base, steps = ffn.rounding_steps(kind, r_rng.lo, r_rng.hi)
+            f = ffn.staircase(base, steps, grid(ctx, rem, r_rng))
+            ffn.check_staircase(f, r_rng, g, kind)
+            second.pwl(i, rem, r_rng, f)
+            fine_ranges.append(_round_range(kind, r_rng))
+    stage2 = second.finish(fine_ranges)
+    for i, plan in enumerate(plans):
+        if plan is not None and plan.block is not None:
+            out_cols[i] = stage1.cols[i] * float(plan.block) + stage2.cols[i]
+    return Stream(out_cols, [_round_range(kind, r) for r in x.ranges])
+
+
+def _rounding_rule(kind: str) -> Rule:
+    def lower(ctx: LowerCtx, a: Any, *_: Any, decimals: int = 0, **__: Any) -> Stream:
+        x = to_stream(a, ctx.out_width)
+        if decimals:
+            k = 10.0 ** decimals  # torch.round(x, decimals=d) is round(x * 10**d) / 10**d
+            return _scale(rounded(ctx, _scale(x, [k] * x.width), kind), [1 / k] * x.width)
+        return rounded(ctx, x, kind)
+
+    return lower
+
+
+rule(torch.floor, methods=("floor",))(_rounding_rule("floor"))
+rule(torch.ceil, methods=("ceil",))(_rounding_rule("ceil"))
+rule(torch.round, methods=("round",))(_rounding_rule("round"))
+rule(torch.trunc, torch.fix, methods=("trunc", "fix", "int", "long"))(_rounding_rule("trunc"))
+
+
+@rule(torch.frac, methods=("frac",))
+def _frac(ctx: LowerCtx, a: Any) -> Stream:
+    x = to_stream(a, ctx.out_width)
+    t = rounded(ctx, x, "trunc")
+    return Stream([c - d for c, d in zip(x.cols, t.cols, strict=True)],
+                  [Interval(max(r.lo, -1.0) if r.lo < 0 else 0.0,
+                            min(r.hi, 1.0) if r.hi > 0 else 0.0) for r in x.ranges])
+
+
+@rule(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
+def _floordiv(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+    return _div(ctx, a, b, rounding_mode="floor")
+
+
+def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
+    """x - m * kind(x / m) for a constant m: torch.remainder (floor) and torch.fmod (trunc)."""
+    if not isinstance(a, Stream) or isinstance(m, Stream):
+        raise ctx.error("% / remainder / fmod need a stream and a constant modulus")
+    x = to_stream(a, ctx.out_width)
+    ms = const_vector(m, x.width)
+    if any(k == 0 for k in ms):
+        raise ctx.error("modulus 0")
+    quotient = rounded(ctx, _scale(x, [1.0 / k for k in ms]), kind)
+    cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
+    ranges = [_mod_range(ctx, c, r, k, kind) for c, r, k in zip(x.cols, x.ranges, ms, strict=True)]
+    return Stream(cols, ranges)
+
+
+def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Interval:
+    g = grid(ctx, x, r)
+    integral = r.integral and float(m).is_integer()
+    if kind == "floor" and 0 <= r.lo and r.hi < m:
+        return r  # already reduced
+    step = 0.0
+    mr = ffn.rational(m)
+    if g is not None and mr is not None:
+        step = float(ffn.frac_gcd(g.spacing, abs(mr)))
+    top = abs(m) - step
+    if kind == "trunc":  # the sign of x
+        return Interval(-top if r.lo < 0 else 0.0, top if r.hi > 0 else 0.0, integral)
+    return Interval(0.0, top, integral) if m > 0 else Interval(-top, 0.0, integral)
+
+
+@rule(operator.mod, torch.remainder, methods=("__mod__", "remainder"))
+def _remainder(ctx: LowerCtx, a: Any, m: Any) -> Stream:
+    return _modulus(ctx, a, m, "floor")
+
+
+@rule(torch.fmod, methods=("fmod",))
+def _fmod(ctx: LowerCtx, a: Any, m: Any) -> Stream:
+    return _modulus(ctx, a, m, "trunc")
+
+
+@rule(torch.sign, methods=("sign",))
+def _sign(ctx: LowerCtx, a: Any) -> Stream:
+    x = to_stream(a, ctx.out_width)
+    fs, ranges = [], []
+    for c, r in zip(x.cols, x.ranges, strict=True):
+        steps = [s for s in (Step(0.0, False), Step(0.0, True))
+                 if ((r.lo <= 0 < r.hi) if s.strict else (r.lo < 0 <= r.hi))]
+        base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
+        fs.append(ffn.staircase(base, steps, grid(ctx, c, r)))
+        ranges.append(Interval(base, base + len(steps), True))
+    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+
+
 # -- comparisons and logic ------------------------------------------------------------------------
 def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     w = ctx.out_width
@@ -225,20 +545,24 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     else:
         x = _add(ctx, a, _scale(to_stream(b, w), [-1.0] * w))
         ts = [0.0] * w
-    bank = ctx.bank(w)
-    for i in range(w):
-        xi, ri, t = x.cols[i], x.ranges[i], ts[i]
-        try:
-            if op in ("gt", "ge"):
-                ffn.step(bank, i, xi, ri, t, strict=op == "gt")
-            elif op == "eq":
-                ffn.equals(bank, i, xi, ri, t)
-            else:
-                bank.const(i, 1.0)
-                ffn.equals(bank, i, xi, ri, t, weight=-1.0)
-        except ffn.RangeError as e:
-            raise ctx.error(str(e)) from None
-    return Stream(ctx.finish(bank, [BOOL] * w), [BOOL] * w, True)
+    fs = []
+    with user_errors(ctx):
+        for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
+            fs.append(_compare_pwl(op, t, grid(ctx, c, r)))
+    return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
+
+
+def _compare_pwl(op: str, t: float, g: Grid | None) -> Pwl:
+    """[x > t], [x >= t], [x == t] or [x != t] as a staircase (== needs a grid: exact)."""
+    if op in ("gt", "ge"):
+        return ffn.staircase(0.0, [Step(t, op == "gt")], g)
+    if g is None:
+        raise ffn.RangeError("== and != need an integer-valued (or grid-valued) stream; "
+                             "compare with a tolerance, or declare it with "
+                             "tw.claim(v, lo, hi, integral=True)")
+    sign = 1.0 if op == "eq" else -1.0
+    return ffn.staircase(0.0 if op == "eq" else 1.0,
+                         [Step(t, False, sign), Step(t, True, -sign)], g)
 
 
 def _comparison(op: str) -> Rule:
@@ -251,6 +575,11 @@ def _comparison(op: str) -> Rule:
 for _op in ("gt", "ge", "lt", "le", "eq", "ne"):
     rule(getattr(operator, _op), getattr(torch, _op),
          methods=(_op, f"__{_op}__"))(_comparison(_op))
+rule(torch.greater, methods=("greater",))(_comparison("gt"))
+rule(torch.greater_equal, methods=("greater_equal",))(_comparison("ge"))
+rule(torch.less, methods=("less",))(_comparison("lt"))
+rule(torch.less_equal, methods=("less_equal",))(_comparison("le"))
+rule(torch.not_equal, methods=("not_equal",))(_comparison("ne"))
 
 
 def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
@@ -262,28 +591,58 @@ def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
     return out
 
 
-@rule(operator.and_, torch.logical_and, methods=("__and__", "logical_and"))
-def _and(ctx: LowerCtx, a: Any, b: Any) -> Stream:
-    x, y = _bools(ctx, a, b)
-    bank = ctx.bank(x.width)
-    for i in range(x.width):
-        ffn.logical_and(bank, i, x.cols[i], y.cols[i])
-    return Stream(ctx.finish(bank, [BOOL] * x.width), [BOOL] * x.width, True)
+def _count_pwl(op: str, n: int) -> Pwl:
+    """A function of the count of true inputs among n: and = [count >= n], or = [count >= 1],
+    xor = count mod 2 (two inputs): each exact on integer counts."""
+    if op == "and":
+        return ffn.at_least(n)
+    if op == "or":
+        return ffn.at_least(1)
+    f = Pwl(slope=1.0)  # a + b - 2 relu(a + b - 1)
+    f.hinge(1.0, -2.0)
+    return f
 
 
-@rule(operator.or_, torch.logical_or, methods=("__or__", "logical_or"))
-def _or(ctx: LowerCtx, a: Any, b: Any) -> Stream:
-    x, y = _bools(ctx, a, b)
-    bank = ctx.bank(x.width)
-    for i in range(x.width):
-        ffn.logical_or(bank, i, x.cols[i], y.cols[i])
-    return Stream(ctx.finish(bank, [BOOL] * x.width), [BOOL] * x.width, True)
+def _logic(op: str) -> Rule:
+    def lower(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+        x, y = _bools(ctx, a, b)
+        counts = [p + q for p, q in zip(x.cols, y.cols, strict=True)]
+        return pwl_stream(ctx, counts, [Interval(0, 2, True)] * x.width,
+                          [_count_pwl(op, 2)] * x.width, [BOOL] * x.width, is_bool=True)
+
+    return lower
 
 
-@rule(operator.invert, torch.logical_not, methods=("__invert__", "logical_not"))
+rule(operator.and_, torch.logical_and, torch.bitwise_and,
+     methods=("__and__", "__rand__", "logical_and", "bitwise_and"))(_logic("and"))
+rule(operator.or_, torch.logical_or, torch.bitwise_or,
+     methods=("__or__", "__ror__", "logical_or", "bitwise_or"))(_logic("or"))
+rule(operator.xor, torch.logical_xor, torch.bitwise_xor,
+     methods=("__xor__", "__rxor__", "logical_xor", "bitwise_xor"))(_logic("xor"))
+
+
+@rule(operator.invert, torch.logical_not, torch.bitwise_not,
+      methods=("__invert__", "logical_not", "bitwise_not"))
 def _not(ctx: LowerCtx, a: Any) -> Stream:
     (x,) = _bools(ctx, a)
     return Stream([1.0 - c for c in x.cols], [BOOL] * x.width, True)
+
+
+def _reduce_logic(op: str) -> Rule:
+    def lower(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False) -> Stream:
+        _last_dim(ctx, dim, "all" if op == "and" else "any")
+        x = v if isinstance(v, Stream) else to_stream(v, 1)
+        if not all(r.is_bool for r in x.ranges):
+            raise ctx.error("all / any need 0/1 streams")
+        count = sum(x.cols, Lin())
+        return pwl_stream(ctx, [count], [Interval(0, x.width, True)],
+                          [_count_pwl(op, x.width)], [BOOL], is_bool=True)
+
+    return lower
+
+
+rule(torch.all, methods=("all",))(_reduce_logic("and"))
+rule(torch.any, methods=("any",))(_reduce_logic("or"))
 
 
 @rule(torch.where)
@@ -292,98 +651,84 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     (c,) = _bools(ctx, cond)
     c = c.broadcast(w)
     x, y = _streams(ctx, a, b)
-    bank = ctx.bank(w)
-    for i in range(w):
-        try:
-            ffn.select(bank, i, c.cols[i], x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
-        except ffn.RangeError as e:
-            raise ctx.error(str(e)) from None
-    ranges = [r.hull(s) for r, s in zip(x.ranges, y.ranges)]
-    return Stream(ctx.finish(bank, ranges), ranges, x.is_bool and y.is_bool)
+    cols = Columns(ctx, w)
+    with user_errors(ctx):
+        for i in range(w):
+            ffn.select(cols.bank, i, c.cols[i], x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
+            cols.whole(i)
+    ranges = [r.hull(s) for r, s in zip(x.ranges, y.ranges, strict=True)]
+    return cols.finish(ranges, x.is_bool and y.is_bool)
 
 
 # -- piecewise-linear -----------------------------------------------------------------------------
-def _hinge_part(bank: Bank, i: int, x: Lin, r: Interval, weight: float) -> Interval:
-    """Add ``weight * relu(x)`` to output i (skipping lanes the range makes linear or zero);
-    return the interval of the added term."""
-    if r.hi <= 0:
-        return Interval.point(0.0)
-    if r.lo >= 0:
-        bank.const(i, 0.0)
-        ffn.linear(bank, i, x, weight)
-    else:
-        bank.hinge(i, x, weight)
-    return Interval(0.0, r.hi, r.integral).scale(weight)
-
-
 @rule(torch.relu, F.relu, methods=("relu",))
-def _relu(ctx: LowerCtx, a: Any) -> Stream:
+def _relu(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
     x = to_stream(a, ctx.out_width)
-    if all(r.lo >= 0 for r in x.ranges):
-        return Stream(x.cols, x.ranges)
-    bank = ctx.bank(x.width)
-    ranges = [_hinge_part(bank, i, x.cols[i], x.ranges[i], 1.0) for i in range(x.width)]
-    return Stream(ctx.finish(bank, ranges), ranges)
+    ranges = [Interval(max(r.lo, 0.0), max(r.hi, 0.0), r.integral) for r in x.ranges]
+    return pwl_stream(ctx, x.cols, x.ranges, [ffn.relu_pwl()] * x.width, ranges)
 
 
 @rule(torch.abs, operator.abs, methods=("abs", "__abs__"))
 def _abs(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
-    bank = ctx.bank(x.width)
     ranges = []
-    for i in range(x.width):
-        r = x.ranges[i]
-        bank.hinge(i, x.cols[i])
-        bank.hinge(i, -x.cols[i])
+    for r in x.ranges:
         lo = 0.0 if r.lo <= 0 <= r.hi else min(abs(r.lo), abs(r.hi))
         ranges.append(Interval(lo, r.magnitude, r.integral))
-    return Stream(ctx.finish(bank, ranges), ranges)
+    return pwl_stream(ctx, x.cols, x.ranges, [ffn.abs_pwl()] * x.width, ranges)
 
 
 @rule(torch.clamp, torch.clip, methods=("clamp", "clip"))
 def _clamp(ctx: LowerCtx, a: Any, min: Any = None, max: Any = None) -> Stream:
-    # clamp(x, lo, hi) = x - relu(lo - x) ... written as x + relu(lo - x) - relu(x - hi)
     x = to_stream(a, ctx.out_width)
-    if isinstance(min, Stream) or isinstance(max, Stream):
-        raise ctx.error("clamp bounds must be constants", "use torch.maximum / torch.minimum")
-    inf = float("inf")
-    lo = -inf if min is None else float(min)
-    hi = inf if max is None else float(max)
-    bank = ctx.bank(x.width)
-    part_ranges = []
-    for i in range(x.width):
-        r = x.ranges[i]
-        below = _hinge_part(bank, i, lo - x.cols[i], Interval(lo, lo) - r, 1.0) \
-            if lo > -inf else Interval.point(0.0)
-        above = _hinge_part(bank, i, x.cols[i] - hi, r.shift(-hi), -1.0) \
-            if hi < inf else Interval.point(0.0)
-        part_ranges.append(below + above)
-    parts = ctx.finish(bank, part_ranges)
-    ranges = [r.clamp(lo, hi) for r in x.ranges]
-    return Stream([c + p for c, p in zip(x.cols, parts)], ranges)
+    if isinstance(min, Stream) or isinstance(max, Stream):  # two stages of max / min
+        lower = x if min is None else _extremum(ctx, x, min, 1.0)
+        return lower if max is None else _extremum(ctx, lower, max, -1.0)
+    w = x.width
+    los = [-INF] * w if min is None else const_vector(min, w)
+    his = [INF] * w if max is None else const_vector(max, w)
+    fs = [ffn.clamp_pwl(lo, hi) for lo, hi in zip(los, his, strict=True)]
+    ranges = [r.clamp(lo, hi) for r, lo, hi in zip(x.ranges, los, his, strict=True)]
+    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 
 def _extremum(ctx: LowerCtx, a: Any, b: Any, sign: float) -> Stream:
     # max(a, b) = b + relu(a - b); min(a, b) = b - relu(b - a)
     x, y = _streams(ctx, a, b)
-    bank = ctx.bank(x.width)
-    parts = []
-    for i in range(x.width):
-        d, rd = (x.cols[i] - y.cols[i]) * sign, (x.ranges[i] - y.ranges[i]).scale(sign)
-        parts.append(_hinge_part(bank, i, d, rd, sign))
-    outs = ctx.finish(bank, parts)
-    ranges = []
-    for r, s in zip(x.ranges, y.ranges):
-        pick = max if sign > 0 else min
-        ranges.append(Interval(pick(r.lo, s.lo), pick(r.hi, s.hi), r.integral and s.integral))
-    return Stream([c + p for c, p in zip(y.cols, outs)], ranges)
+    diffs = [(p - q) * sign for p, q in zip(x.cols, y.cols, strict=True)]
+    drs = [(r - s).scale(sign) for r, s in zip(x.ranges, y.ranges, strict=True)]
+    f = Pwl()
+    f.hinge(0.0, sign)
+    part_ranges = [Interval(max(d.lo, 0.0), max(d.hi, 0.0), d.integral).scale(sign)
+                   for d in drs]
+    parts = pwl_stream(ctx, diffs, drs, [f] * x.width, part_ranges)
+    pick = max if sign > 0 else min
+    ranges = [Interval(pick(r.lo, s.lo), pick(r.hi, s.hi), r.integral and s.integral)
+              for r, s in zip(x.ranges, y.ranges, strict=True)]
+    return Stream([c + p for c, p in zip(y.cols, parts.cols, strict=True)], ranges)
 
 
-@rule(torch.maximum, methods=("maximum",))
+@rule(torch.maximum, torch.fmax, methods=("maximum", "fmax"))
 def _maximum(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _extremum(ctx, a, b, 1.0)
 
 
-@rule(torch.minimum, methods=("minimum",))
+@rule(torch.minimum, torch.fmin, methods=("minimum", "fmin"))
 def _minimum(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _extremum(ctx, a, b, -1.0)
+
+
+def _max_or_reduction(sign: float) -> Rule:
+    """torch.max(a, b) is elementwise; torch.max(a) and torch.max(a, dim) reduce."""
+    def lower(ctx: LowerCtx, a: Any, b: Any = None, *rest: Any, **kwargs: Any) -> Stream:
+        if b is None or isinstance(b, int) or rest or kwargs:
+            name = "max" if sign > 0 else "min"
+            raise ctx.error(f"torch.{name} as a reduction",
+                            f"use torch.{name}imum(a, b) of two streams")
+        return _extremum(ctx, a, b, sign)
+
+    return lower
+
+
+rule(torch.max, methods=("max",))(_max_or_reduction(1.0))
+rule(torch.min, methods=("min",))(_max_or_reduction(-1.0))

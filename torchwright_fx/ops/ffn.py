@@ -1,12 +1,36 @@
 """FFN constructions (DESIGN §6), written once on top of ``Bank``.
 
-Each function adds lanes that write one output column of a bank. ``x`` arguments are affine
-forms over signals with their value interval. Errors are those of ``Bank.hinge`` unless stated.
+Every non-linear op on one scalar is a piecewise-linear function of it, and every such
+function is ``const + slope*x + sum_i w_i * relu(x - k_i)``: a ``Pwl``. ``emit`` writes one into
+a bank column: one lane per knot inside x's range, the affine part kept *outside* the bank
+(it rides in the readers' weights for free, exactly). The two machines differ only in the
+hinge: exact on ReLU, ``SiLU(S*s*z)/(S*s)`` on SwiGLU (within HINGE_MAX_ERROR/(S*s) of relu,
+exact once ``S*s*|z| >= SATURATION``; ``s`` is the hinge's sharpness).
+
+Exactness rests on two facts:
+
+- *Grids.* A value that is an affine form of integer-valued signals with rational
+  coefficients lives on a lattice ``offset + n*spacing`` (``grid_of``). A step placed a
+  quarter spacing from its lattice points (a ramp over the middle half of a gap) is exact at
+  every lattice point on both machines, and tolerates input noise up to spacing/4.
+- *Exact sums.* Lane values on a half-integer grid, summed with weights +-1, are exact in fp32
+  while every partial sum stays below 2**23 (``EXACT_HALF_INTEGERS``). ``magnitude`` bounds
+  the partial sums of a column (the sum of |lane| at the worst x); staircases over wide
+  ranges are split into two stages to stay under it (DESIGN §6.2).
+
+Functions taking ``(bank, out, ...)`` without returning an ``Emitted`` put the whole value in
+the bank (lanes plus ``bank.const``): the older contract other modules rely on.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
 
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
@@ -19,6 +43,38 @@ from torchwright_fx.ops.numerics import (
     SILU_SCALE,
 )
 
+# -- constants (candidates for ops/numerics.py) -----------------------------------------------
+# max_y |SiLU(y) - relu(y)| = max_y |y| * sigmoid(-|y|): the maximum sits where y*sigmoid(y) = 1
+# (y = 1.27846...), and its value is y - 1. A hinge of sharpness s errs by at most this / (S*s).
+HINGE_MAX_ERROR = 0.2784645427610738
+# SwiGLU knots closer than KNOT_SPACING / (S * input_scale) would have overlapping rounded
+# corners: each corner is inexact within SATURATION/(S*s) ~ 17/(S*s) of its knot (DESIGN §6.2).
+KNOT_SPACING = 34.0
+# Every multiple of 1/2 below 2**23 is an fp32 number: sums of half-integer lane values with
+# weights +-1 are exact while all partial sums stay below this.
+EXACT_HALF_INTEGERS = 2.0 ** 23
+# Real-valued (off-grid) staircases: each lane value carries a relative rounding error of
+# 2**-24 (gate) plus 2**-24 (sum), so the column's noise is at most magnitude * 2**-23. Keep it
+# below 1/16 so that a downstream integer ramp (tolerance 1/4) still reads it exactly.
+REAL_STAIR_MAGNITUDE = 2.0 ** 19
+# Above this many steps a staircase on a grid is split into two stages (coarse, then fine).
+SINGLE_STAGE_STEPS = 256
+# Hard cap on the lanes one staircase or table may use.
+MAX_LANES = 8192
+# Default segments of a piecewise-linear table of x**n (the ReLU product, square and power).
+TABLE_SEGMENTS = 256
+# Default absolute tolerance of tw.piecewise on a sympy expression, and relative tolerance of
+# the reciprocal. Half of each goes to interpolation, half to SwiGLU corner rounding.
+PIECEWISE_TOL = 1e-3
+RECIPROCAL_REL_TOL = 1e-3
+MAX_KNOTS = 2048
+# Grids: coefficients count as rational up to this denominator, and a lattice finer than
+# MIN_GRID_SPACING is treated as real-valued (its ramps would be too steep to be useful).
+GRID_DENOMINATOR = 2 ** 16
+MIN_GRID_SPACING = Fraction(1, 2 ** 16)
+# SwiGLU hinge sharpness is a power of two (exact scaling) and at most this.
+MAX_SHARPNESS = 2.0 ** 12
+
 
 class RangeError(ValueError):
     """A construction needs a finite value range that the program does not provide."""
@@ -30,6 +86,290 @@ def _need_finite(rng: Interval, what: str) -> None:
                          "declare one with tw.claim(v, lo, hi)")
 
 
+need_finite = _need_finite
+
+
+# -- grids ------------------------------------------------------------------------------------
+def rational(c: float, max_denominator: int = 10 ** 6) -> Fraction | None:
+    """``c`` as a small rational if it is one up to float rounding (0.1 -> 1/10), else None."""
+    if not math.isfinite(c):
+        return None
+    f = Fraction(c).limit_denominator(max_denominator)
+    return f if abs(float(f) - c) <= 1e-9 * max(1.0, abs(c)) else None
+
+
+def frac_gcd(a: Fraction, b: Fraction) -> Fraction:
+    den = a.denominator * b.denominator // math.gcd(a.denominator, b.denominator)
+    return Fraction(math.gcd(int(a * den), int(b * den)), den)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """x only takes values ``offset + n * spacing`` for integers n."""
+
+    spacing: Fraction
+    offset: Fraction  # in [0, spacing)
+
+    @property
+    def integral(self) -> bool:
+        return self.spacing.denominator == 1 and self.offset == 0
+
+    def at_or_above(self, t: Fraction) -> Fraction:
+        return self.offset + math.ceil((t - self.offset) / self.spacing) * self.spacing
+
+    def above(self, t: Fraction) -> Fraction:
+        return self.offset + (math.floor((t - self.offset) / self.spacing) + 1) * self.spacing
+
+    def at_or_below(self, t: Fraction) -> Fraction:
+        return self.offset + math.floor((t - self.offset) / self.spacing) * self.spacing
+
+    def points(self, rng: Interval) -> list[float]:
+        """Every lattice point in ``rng`` (computed exactly, then rounded once)."""
+        lo, hi = rational(rng.lo), rational(rng.hi)
+        if lo is None or hi is None:
+            raise RangeError(f"range [{rng.lo}, {rng.hi}] has no rational ends")
+        first, last = self.at_or_above(lo), self.at_or_below(hi)
+        n = round((last - first) / self.spacing)
+        return [float(first + i * self.spacing) for i in range(max(n, -1) + 1)]
+
+    def count(self, rng: Interval) -> int:
+        """How many lattice points lie in ``rng``."""
+        lo, hi = rational(rng.lo), rational(rng.hi)
+        if lo is None or hi is None:
+            return 0
+        return max(0, round((self.at_or_below(hi) - self.at_or_above(lo)) / self.spacing) + 1)
+
+    def shrink(self, rng: Interval) -> Interval:
+        """The tightest interval with lattice-point ends inside ``rng``."""
+        lo, hi = rational(rng.lo), rational(rng.hi)
+        if lo is None or hi is None:
+            return rng
+        return Interval(float(self.at_or_above(lo)), max(float(self.at_or_above(lo)),
+                                                         float(self.at_or_below(hi))),
+                        rng.integral)
+
+
+def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> Grid | None:
+    """The lattice that ``x`` lives on, from its integer-valued signals and rational
+    coefficients; ``Z`` if only its declared range says integral; None for a real value
+    (also when the lattice would be finer than MIN_GRID_SPACING: arbitrary table values)."""
+    spacing = Fraction(0)
+    for sid, coef in x.terms.items():
+        c = rational(coef, GRID_DENOMINATOR)
+        if c is None or not signal_range(sid).integral:
+            spacing = Fraction(0)
+            break
+        spacing = frac_gcd(spacing, abs(c))
+    else:
+        offset = rational(x.const, GRID_DENOMINATOR)
+        if spacing >= MIN_GRID_SPACING and offset is not None:
+            return Grid(spacing, offset % spacing)
+    return Grid(Fraction(1), Fraction(0)) if rng.integral else None
+
+
+# -- piecewise-linear functions of one value ----------------------------------------------------
+@dataclass(frozen=True)
+class Hinge:
+    knot: float
+    weight: float  # the term is weight * relu(x - knot)
+    sharpness: float = 1.0  # SwiGLU only: the gate is S * sharpness * (x - knot)
+
+
+@dataclass
+class Pwl:
+    """``const + slope * x + sum(h.weight * relu(x - h.knot))``.
+
+    ``anchor`` is where the emitted lanes are expanded from: a knot below it becomes the lane
+    ``relu(k - x)`` (its ``x - k`` part moves to the affine part), a knot above it ``relu(x - k)``,
+    so every lane is zero at the anchor. None: the middle of x's range, which keeps each lane
+    within half the range (staircases). A table anchors where |f| is smallest: for a convex
+    f every lane is then non-negative and the sum never cancels.
+    """
+
+    const: float = 0.0
+    slope: float = 0.0
+    hinges: list[Hinge] = field(default_factory=list)
+    anchor: float | None = None
+
+    def hinge(self, knot: float, weight: float, sharpness: float = 1.0) -> None:
+        if weight != 0.0:
+            self.hinges.append(Hinge(float(knot), float(weight), sharpness))
+
+    def ramp(self, a: float, b: float, weight: float = 1.0, width: float | None = None) -> None:
+        """Add ``weight * clamp((x - a) / (b - a), 0, 1)``; its corners as sharp as its width.
+        Pass the exact ``width`` when b - a in floats is not (a grid's spacing / 2): the lane
+        scale 1/width must be exact for the lanes to be."""
+        sharp = 1.0 / (b - a if width is None else width)
+        self.hinge(a, weight * sharp, sharp)
+        self.hinge(b, -weight * sharp, sharp)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Exact-math value (float64), for bounds and tests."""
+        x = np.asarray(x, dtype=np.float64)
+        out = self.const + self.slope * x
+        for h in self.hinges:
+            out = out + h.weight * np.maximum(x - h.knot, 0.0)
+        return out
+
+    @staticmethod
+    def through(xs: Sequence[float], ys: Sequence[float], sharpness: float = 1.0,
+                flat: bool = True) -> Pwl:
+        """The linear interpolant through (xs, ys); constant beyond the ends if ``flat``,
+        else continuing the end segments."""
+        slopes = [(ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i]) for i in range(len(xs) - 1)]
+        if not slopes:
+            return Pwl(const=float(ys[0]))
+        if flat:
+            f = Pwl(const=float(ys[0]))
+            f.hinge(xs[0], slopes[0], sharpness)
+        else:
+            f = Pwl(const=float(ys[0] - slopes[0] * xs[0]), slope=slopes[0])
+        for i in range(1, len(slopes)):
+            f.hinge(xs[i], slopes[i] - slopes[i - 1], sharpness)
+        if flat:
+            f.hinge(xs[-1], -slopes[-1], sharpness)
+        return f
+
+
+@dataclass(frozen=True)
+class Emitted:
+    affine: Lin  # the exact affine part, added to the column outside the bank
+    lanes: Interval  # the range of the lanes' sum over x's range
+    magnitude: float  # the largest sum of |lane value| at any x: bounds fp32 partial sums
+
+
+def _lane_terms(f: Pwl, rng: Interval) -> tuple[Pwl, list[tuple[Hinge, int]]]:
+    """Split f into its affine part and its lanes ``(hinge, side)``: side +1 is
+    ``relu(x - k)``, side -1 is ``relu(k - x)`` with ``x - k`` moved to the affine part.
+    Knots at or below x's range are affine, knots at or above it vanish."""
+    affine = Pwl(f.const, f.slope)
+    lanes: list[tuple[Hinge, int]] = []
+    if f.anchor is not None:
+        anchor = f.anchor
+    else:
+        anchor = (rng.lo + rng.hi) / 2 if rng.finite else -math.inf
+    for h in f.hinges:
+        if h.knot <= rng.lo:
+            affine.const -= h.weight * h.knot
+            affine.slope += h.weight
+        elif h.knot < rng.hi:
+            side = -1 if h.knot < anchor else 1
+            if side < 0:
+                affine.const -= h.weight * h.knot
+                affine.slope += h.weight
+            lanes.append((h, side))
+    return affine, lanes
+
+
+def _lane_matrix(lanes: list[tuple[Hinge, int]], xs: np.ndarray) -> np.ndarray:
+    """Lane values ``[len(xs), len(lanes)]`` in exact math."""
+    knots = np.array([h.knot for h, _ in lanes])
+    weights = np.array([h.weight for h, _ in lanes])
+    sides = np.array([side for _, side in lanes], dtype=np.float64)
+    return weights * np.maximum(sides * (xs[:, None] - knots), 0.0)
+
+
+def _magnitude(lanes: list[tuple[Hinge, int]], rng: Interval) -> float:
+    """The largest sum of |lane| over x's range: each |lane| is convex, so at an end."""
+    if not lanes:
+        return 0.0
+    if not rng.finite:
+        return math.inf
+    return float(np.abs(_lane_matrix(lanes, np.array([rng.lo, rng.hi]))).sum(1).max())
+
+
+def _lanes_range(lanes: list[tuple[Hinge, int]], rng: Interval) -> Interval:
+    if not lanes:
+        return Interval.point(0.0)
+    if not rng.finite:  # interval arithmetic, lane by lane
+        lo = hi = 0.0
+        for h, side in lanes:
+            ends = [max(side * (rng.lo - h.knot), 0.0), max(side * (rng.hi - h.knot), 0.0)]
+            vals = [h.weight * e for e in ends]
+            lo, hi = lo + min(vals), hi + max(vals)
+        return Interval(lo, hi)
+    # The lane sum is piecewise linear in x: its extremes sit at the ends or at a knot.
+    points = np.array([rng.lo, rng.hi, *[h.knot for h, _ in lanes]])
+    sums = np.concatenate([_lane_matrix(lanes, points[i:i + 256]).sum(1)
+                           for i in range(0, len(points), 256)])  # bounded memory
+    return Interval(float(sums.min()), float(sums.max()))
+
+
+def magnitude(f: Pwl, rng: Interval) -> float:
+    """The partial-sum bound ``emit`` would report, without building lanes."""
+    _, lanes = _lane_terms(f, rng)
+    return _magnitude(lanes, rng)
+
+
+def lane_count(f: Pwl, rng: Interval) -> int:
+    return sum(1 for h in f.hinges if rng.lo < h.knot < rng.hi)
+
+
+def emit(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:
+    """Write ``f(x)`` to column ``out``: lanes into the bank, the affine part returned.
+
+    A hinge of sharpness s is the lane ``relu(s*(x - k))`` with down weight ``w/s``: for a ramp
+    on a grid, s*(x - k) is a half-integer and w/s is the step's weight, so lane values and
+    their sums are exact in fp32 (the SwiGLU gate S*s*(x - k) and up 1/S scale by powers of 2).
+    """
+    affine, lanes = _lane_terms(f, rng)
+    for h, side in lanes:
+        bank.hinge(out, (x - h.knot) * (side * h.sharpness), h.weight / h.sharpness)
+    return Emitted(x * affine.slope + affine.const, _lanes_range(lanes, rng),
+                   _magnitude(lanes, rng))
+
+
+def emit_into_bank(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:
+    """Like ``emit``, but the affine part goes into the bank too (a constant, plus two lanes
+    for a linear term) for callers that expect the whole value from ``bank.finish``."""
+    e = emit(bank, out, x, rng, f)
+    bank.const(out, e.affine.const)
+    terms = Lin(e.affine.terms)
+    if terms.terms:
+        linear(bank, out, terms, 1.0)
+    return e
+
+
+def hinge_error(f: Pwl, machine: str) -> float:
+    """Worst deviation of the SwiGLU lanes from exact relu: corners never overlap when knots
+    respect KNOT_SPACING, so at any x only the nearest corner errs."""
+    if machine != "swiglu" or not f.hinges:
+        return 0.0
+    return max(abs(h.weight) * HINGE_MAX_ERROR / (SILU_SCALE * h.sharpness) for h in f.hinges)
+
+
+# -- steps and staircases ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    at: float
+    strict: bool  # [x > at] if strict else [x >= at]
+    weight: float = 1.0
+
+
+def step_ramp(s: Step, grid: Grid | None) -> tuple[float, float]:
+    """The ramp (a, b) that realises a step: on a grid, over the middle half of the gap before
+    the first passing lattice point (exact at every lattice point); off-grid, RAMP_WIDTH wide
+    on the false side of the threshold (exact outside it)."""
+    if grid is None:
+        return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
+    t = rational(s.at)
+    t = Fraction(s.at) if t is None else t
+    p = grid.above(t) if s.strict else grid.at_or_above(t)
+    sp = grid.spacing
+    return float(p - sp + sp * Fraction(INTEGER_RAMP_LO)), float(p - sp + sp * Fraction(
+        INTEGER_RAMP_HI))
+
+
+def staircase(base: float, steps: Sequence[Step], grid: Grid | None) -> Pwl:
+    f = Pwl(const=float(base))
+    width = RAMP_WIDTH if grid is None else float(grid.spacing * Fraction(
+        INTEGER_RAMP_HI - INTEGER_RAMP_LO))
+    for s in steps:
+        a, b = step_ramp(s, grid)
+        f.ramp(a, b, s.weight, width)
+    return f
+
+
 def ramp(bank: Bank, out: int, x: Lin, a: float, b: float, weight: float = 1.0) -> None:
     """``weight * clamp((x - a) / (b - a), 0, 1)``."""
     w = b - a
@@ -39,26 +379,14 @@ def ramp(bank: Bank, out: int, x: Lin, a: float, b: float, weight: float = 1.0) 
 
 def step(bank: Bank, out: int, x: Lin, rng: Interval, t: float, *, strict: bool,
          weight: float = 1.0) -> None:
-    """``weight * [x > t]`` (strict) or ``weight * [x >= t]``.
+    """``weight * [x > t]`` (strict) or ``weight * [x >= t]``, all in the bank.
 
     Integer-valued x: the ramp sits strictly between two integers, exact at every integer.
     Real-valued x: the ramp is [t, t + RAMP_WIDTH] (strict) or [t - RAMP_WIDTH, t]; exact
     outside it, linear inside it.
     """
-    true_always = rng.lo > t if strict else rng.lo >= t
-    false_always = rng.hi <= t if strict else rng.hi < t
-    if true_always:
-        bank.const(out, weight)
-        return
-    if false_always:
-        return
-    if rng.integral:
-        edge = math.floor(t) + 1 if strict else math.ceil(t)  # first integer that passes
-        ramp(bank, out, x, edge - 1 + INTEGER_RAMP_LO, edge - 1 + INTEGER_RAMP_HI, weight)
-    elif strict:
-        ramp(bank, out, x, t, t + RAMP_WIDTH, weight)
-    else:
-        ramp(bank, out, x, t - RAMP_WIDTH, t, weight)
+    grid = Grid(Fraction(1), Fraction(0)) if rng.integral else None
+    emit_into_bank(bank, out, x, rng, staircase(0.0, [Step(t, strict, weight)], grid))
 
 
 def equals(bank: Bank, out: int, x: Lin, rng: Interval, t: float, weight: float = 1.0) -> None:
@@ -71,12 +399,178 @@ def equals(bank: Bank, out: int, x: Lin, rng: Interval, t: float, weight: float 
     step(bank, out, x, rng, t, strict=True, weight=-weight)
 
 
+ROUNDERS: dict[str, Callable[[float], int]] = {
+    "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc,
+    "round": lambda v: round(v),  # Python rounds half to even, as torch.round does
+}
+
+
+def rounding_steps(kind: str, lo: float, hi: float) -> tuple[int, list[Step]]:
+    """``kind(x)`` for x in [lo, hi] as ``base + sum of unit steps``: floor steps up at each
+    integer, ceil just after it, round (half to even) at half-integers, trunc toward zero."""
+    base = ROUNDERS[kind](lo)
+    count = math.floor(hi) - math.floor(lo) + 2
+    if count > MAX_LANES * 64:
+        raise RangeError(f"{kind} over [{lo}, {hi}] has {count} steps; narrow the range")
+    steps: list[Step] = []
+    for n in range(math.floor(lo) - 1, math.floor(hi) + 2):
+        if kind == "floor":
+            cand = Step(n, False)
+        elif kind == "ceil":
+            cand = Step(n, True)
+        elif kind == "round":
+            cand = Step(n + 0.5, n % 2 == 0)  # an even n keeps n + 0.5
+        else:
+            cand = Step(n, n < 0) if n != 0 else None  # type: ignore[assignment]
+        if cand is None:
+            continue
+        if (lo <= cand.at < hi) if cand.strict else (lo < cand.at <= hi):
+            steps.append(cand)
+    return base, steps
+
+
+def check_staircase(f: Pwl, rng: Interval, grid: Grid | None, what: str) -> None:
+    """Raise unless ``f`` fits the lane cap and fp32's exact (grid) or quiet (off-grid) range."""
+    lanes = lane_count(f, rng)
+    if lanes > MAX_LANES:
+        raise RangeError(f"{what} over [{rng.lo}, {rng.hi}] needs {lanes} lanes "
+                         f"(limit {MAX_LANES}); narrow the range with tw.claim(v, lo, hi)")
+    mag = magnitude(f, rng)
+    limit = EXACT_HALF_INTEGERS if grid is not None else REAL_STAIR_MAGNITUDE
+    if mag > limit:
+        kind = "partial sums" if grid is not None else "fp32 noise"
+        raise RangeError(
+            f"{what} over [{rng.lo}, {rng.hi}] is too wide: its {kind} would leave fp32's "
+            f"exact range (lane magnitude {mag:.3g} > {limit:.3g}); narrow the range, or "
+            "declare the input integer-valued with tw.claim(v, lo, hi, integral=True)")
+
+
+@dataclass(frozen=True)
+class StairPlan:
+    """A rounding op in one stage (block None) or two: q = floor((x - origin) / block)
+    (coarse), then ``kind`` of the remainder r = x - block * q (fine)."""
+
+    block: int | None
+    origin: int = 0
+    coarse_steps: int = 0
+
+
+def plan_rounding(kind: str, rng: Interval, grid: Grid | None) -> StairPlan:
+    base, steps = rounding_steps(kind, rng.lo, rng.hi)
+    single = staircase(base, steps, grid)
+    fits = magnitude(single, rng) <= (EXACT_HALF_INTEGERS if grid else REAL_STAIR_MAGNITUDE)
+    if grid is None or kind == "trunc" or (len(steps) <= SINGLE_STAGE_STEPS and fits):
+        check_staircase(single, rng, grid, kind)
+        return StairPlan(None)
+    origin = math.floor(rng.lo)
+    best: tuple[int, int] | None = None
+    for block in _block_sizes(len(steps), even=kind == "round"):
+        cost = _two_stage_cost(kind, rng, grid, origin, block)
+        if cost is not None and (best is None or cost < best[0]):
+            best = (cost, block)
+    if best is None:
+        check_staircase(single, rng, grid, kind)  # raises with the single-stage numbers
+        return StairPlan(None)
+    block = best[1]
+    return StairPlan(block, origin, len(coarse_steps(rng, origin, block)))
+
+
+def _block_sizes(n_steps: int, even: bool) -> list[int]:
+    root = max(2, math.isqrt(n_steps))
+    sizes = {max(2, int(root * f)) for f in (0.25, 0.5, 1, 2, 4, 8, 16)}
+    return sorted(b + (b % 2 if even else 0) for b in sizes)
+
+
+def coarse_steps(rng: Interval, origin: int, block: int) -> list[Step]:
+    first = 1
+    last = math.floor((rng.hi - origin) / block)
+    return [Step(origin + j * block, False) for j in range(first, last + 1)]
+
+
+def remainder_grid(grid: Grid, block: int) -> Grid:
+    """r = x - block * q lives on the lattice generated by x's spacing and the block."""
+    sp = frac_gcd(grid.spacing, Fraction(block))
+    return Grid(sp, grid.offset % sp)
+
+
+def remainder_range(rng: Interval, origin: int, block: int, grid: Grid) -> Interval:
+    """The range of r = x - block * floor((x - origin) / block), on r's own lattice."""
+    g = remainder_grid(grid, block)
+    hi = min(rng.hi, float(g.at_or_below(Fraction(origin + block) - g.spacing / 2)))
+    return Interval(min(rng.lo, float(origin)), max(hi, float(origin)))
+
+
+def _two_stage_cost(kind: str, rng: Interval, grid: Grid, origin: int, block: int
+                    ) -> int | None:
+    coarse = staircase(0.0, coarse_steps(rng, origin, block), grid)
+    r_rng = remainder_range(rng, origin, block, grid)
+    base, steps = rounding_steps(kind, r_rng.lo, r_rng.hi)
+    fine = staircase(base, steps, remainder_grid(grid, block))
+    lanes = lane_count(coarse, rng) + lane_count(fine, r_rng)
+    if lanes > MAX_LANES:
+        return None
+    if max(magnitude(coarse, rng), magnitude(fine, r_rng)) > EXACT_HALF_INTEGERS:
+        return None
+    return lanes
+
+
+# -- lookups ----------------------------------------------------------------------------------
+def lookup(bank: Bank, out: int, x: Lin, rng: Interval, table: dict[int, float],
+           default: float) -> None:
+    """``table.get(x, default)`` for integer-valued x: a staircase of integer steps, lanes
+    expanded from the middle of the key range so their magnitudes stay small."""
+    if not rng.integral:
+        raise RangeError("lookup needs an integer-valued key stream")
+    _need_finite(rng, "lookup")
+    lo, hi = math.ceil(rng.lo), math.floor(rng.hi)
+    if hi - lo > 4096:
+        raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
+    emit_into_bank(bank, out, x, rng, lookup_pwl(lo, hi, table, default), )
+
+
+def lookup_pwl(lo: int, hi: int, table: dict[int, float], default: float) -> Pwl:
+    prev = table.get(lo, default)
+    steps = []
+    for key in range(lo + 1, hi + 1):
+        value = table.get(key, default)
+        if value != prev:
+            steps.append(Step(key, False, value - prev))
+        prev = value
+    return staircase(table.get(lo, default), steps, Grid(Fraction(1), Fraction(0)))
+
+
+# -- hinge-based elementwise ops ----------------------------------------------------------------
 def relu(bank: Bank, out: int, x: Lin, rng: Interval, weight: float = 1.0) -> None:
-    if rng.lo >= 0:
-        bank.const(out, 0.0)
-        linear(bank, out, x, weight)
-    elif rng.hi > 0:
-        bank.hinge(out, x, weight)
+    f = Pwl()
+    f.hinge(0.0, weight)
+    emit_into_bank(bank, out, x, rng, f)
+
+
+def relu_pwl() -> Pwl:
+    f = Pwl()
+    f.hinge(0.0, 1.0)
+    return f
+
+
+def abs_pwl() -> Pwl:
+    """|x| = 2 relu(x) - x: one lane (SwiGLU: x * tanh(S x / 2), within 2*0.2785/S)."""
+    f = Pwl(slope=-1.0)
+    f.hinge(0.0, 2.0)
+    return f
+
+
+def clamp_pwl(lo: float, hi: float) -> Pwl:
+    """clamp(x, lo, hi) for constant bounds (either may be infinite)."""
+    if math.isinf(lo):
+        f = Pwl(slope=1.0)
+        if not math.isinf(hi):
+            f.hinge(hi, -1.0)
+        return f
+    f = Pwl(const=lo)
+    f.hinge(lo, 1.0)
+    if not math.isinf(hi):
+        f.hinge(hi, -1.0)
+    return f
 
 
 def linear(bank: Bank, out: int, x: Lin, weight: float) -> None:
@@ -117,22 +611,109 @@ def _linear_or_const(bank: Bank, out: int, x: Lin) -> None:
         linear(bank, out, x, 1.0)
 
 
-def product(bank: Bank, out: int, a: Lin, ra: Interval, b: Lin, rb: Interval) -> None:
-    """``a * b`` of two streams."""
+# -- products, squares and powers -------------------------------------------------------------
+def table_knots(rng: Interval, grid: Grid | None, step: float | None,
+                segments: int = TABLE_SEGMENTS) -> list[float]:
+    """Knots of a piecewise-linear table over ``rng``: every lattice point when there are few
+    enough (then the table is exact on the grid), else ``segments`` equal steps (or ``step``)."""
+    _need_finite(rng, "a piecewise-linear table")
+    lo, hi = rng.lo, rng.hi
+    if hi <= lo:
+        return [lo]
+    if step is None and grid is not None:
+        count = grid.count(rng)
+        if count <= segments + 1:
+            return grid.points(rng)
+        step = float(grid.spacing * math.ceil((count - 1) / segments))
+        lo = grid.shrink(rng).lo
+    if step is None:
+        step = (hi - lo) / segments
+    if step <= 0:
+        raise RangeError(f"table step must be positive, got {step}")
+    n = math.ceil((hi - lo) / step - 1e-9)
+    if n > MAX_LANES:
+        raise RangeError(f"a table over [{lo}, {hi}] with step {step} needs {n} lanes "
+                         f"(limit {MAX_LANES}); use a coarser step")
+    return [lo + i * step for i in range(n + 1)]
+
+
+
+def power_pwl(knots: Sequence[float], n: int) -> Pwl:
+    """The table of t**n, expanded from the knot nearest 0 (where |t**n| is smallest)."""
+    f = Pwl.through(knots, [k ** n for k in knots], flat=False)
+    f.anchor = min(knots, key=abs)
+    return f
+
+
+def reciprocal_pwl(knots: Sequence[float]) -> Pwl:
+    """The table of 1/t, expanded from the end farthest from 0 (where |1/t| is smallest)."""
+    f = Pwl.through(knots, [1.0 / k for k in knots], flat=False)
+    f.anchor = max(knots, key=abs)
+    return f
+
+
+def power_table_error(knots: Sequence[float], n: int) -> float:
+    """Largest |interpolant - x**n| between the knots (sampled densely)."""
+    if len(knots) < 2:
+        return 0.0
+    f = power_pwl(knots, n)
+    xs = np.linspace(knots[0], knots[-1], 64 * len(knots) + 1)
+    return float(np.max(np.abs(f(xs) - xs ** n)))
+
+
+def product(bank: Bank, out: int, a: Lin, ra: Interval, b: Lin, rb: Interval,
+            step: float | None = None,
+            grids: tuple[Grid | None, Grid | None] = (None, None)) -> None:
+    """``a * b`` of two streams, all in the bank.
+
+    SwiGLU: SiLU(a)*b + SiLU(-a)*(-b) = a*b*(sigmoid(a) + sigmoid(-a)) = a*b exactly.
+    ReLU: with a 0/1 factor, an exact gate; otherwise the quarter-square identity
+    a*b = ((a+b)**2 - (a-b)**2) / 4 with each square a table over its declared range
+    (exact on lattice points; elsewhere within (step**2)/16).
+    """
     if bank.machine == "swiglu":
-        # SiLU(a)*b + SiLU(-a)*(-b) = a*b*(sigmoid(a) + sigmoid(-a)) = a*b exactly.
         bank.lane(out, a, b)
         bank.lane(out, -a, -b)
         return
     if ra.is_bool:
         select(bank, out, a, b, rb, Lin(), Interval.point(0))
-    elif rb.is_bool:
+        return
+    if rb.is_bool:
         select(bank, out, b, a, ra, Lin(), Interval.point(0))
-    else:
-        raise RangeError("a product of two non-boolean streams has no exact ReLU construction; "
-                         "use the SwiGLU machine or tw.ops.relu.mul with a declared range")
+        return
+    for x, rng, f in quarter_square_tables(a, ra, b, rb, step, grids):
+        emit_into_bank(bank, out, x, rng, f, )
 
 
+def quarter_square_tables(a: Lin, ra: Interval, b: Lin, rb: Interval, step: float | None,
+                          grids: tuple[Grid | None, Grid | None]
+                          ) -> list[tuple[Lin, Interval, Pwl]]:
+    """(x, range, table) whose sum is a*b = (a+b)**2/4 - (a-b)**2/4 (the ReLU product)."""
+    if not (ra.finite and rb.finite):
+        raise RangeError("a product of two streams on the ReLU machine is a table over the "
+                         f"factors' ranges, got [{ra.lo}, {ra.hi}] and [{rb.lo}, {rb.hi}]; "
+                         "declare both with tw.claim(v, lo, hi)")
+    out = []
+    for x, rng, g, w in ((a + b, ra + rb, _sum_grid(*grids, 1), 0.25),
+                         (a - b, ra - rb, _sum_grid(*grids, -1), -0.25)):
+        if x.is_const:
+            out.append((x, rng, Pwl(const=w * x.const ** 2)))
+            continue
+        f = power_pwl(table_knots(rng, g, step), 2)
+        out.append((x, rng, Pwl(f.const * w, f.slope * w,
+                                [Hinge(h.knot, h.weight * w) for h in f.hinges], f.anchor)))
+    return out
+
+
+def _sum_grid(ga: Grid | None, gb: Grid | None, sign: int) -> Grid | None:
+    if ga is None or gb is None:
+        return None
+    sp = frac_gcd(ga.spacing, gb.spacing)
+    off = ga.offset + gb.offset if sign > 0 else ga.offset - gb.offset
+    return Grid(sp, off % sp)
+
+
+# -- logic ------------------------------------------------------------------------------------
 def logical_and(bank: Bank, out: int, a: Lin, b: Lin) -> None:
     bank.hinge(out, a + b - 1.0)
 
@@ -143,19 +724,71 @@ def logical_or(bank: Bank, out: int, a: Lin, b: Lin) -> None:
     bank.hinge(out, a + b - 1.0, -1.0)
 
 
-def lookup(bank: Bank, out: int, x: Lin, rng: Interval, table: dict[int, float],
-           default: float) -> None:
-    """``table.get(x, default)`` for integer-valued x: a staircase of integer steps."""
-    if not rng.integral:
-        raise RangeError("lookup needs an integer-valued key stream")
-    _need_finite(rng, "lookup")
-    lo, hi = int(rng.lo), int(rng.hi)
-    if hi - lo > 4096:
-        raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
-    prev = table.get(lo, default)
-    bank.const(out, prev)
-    for key in range(lo + 1, hi + 1):
-        value = table.get(key, default)
-        if value != prev:
-            step(bank, out, x, rng, key, strict=False, weight=value - prev)
-        prev = value
+def at_least(k: int) -> Pwl:
+    """[count >= k] for an integer count: relu(count - k + 1) - relu(count - k), exact."""
+    f = Pwl()
+    f.hinge(k - 1, 1.0)
+    f.hinge(k, -1.0)
+    return f
+
+
+# -- knots for smooth functions ---------------------------------------------------------------
+def auto_knots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,
+               tol: Callable[[np.ndarray], np.ndarray], kinks: Sequence[float] = (),
+               max_knots: int = MAX_KNOTS) -> list[float]:
+    """Knots on [lo, hi] whose linear interpolant of ``f`` is within ``tol(x)`` everywhere
+    (kinks are always knots). Each segment is split at its worst point until a dense sample
+    (64 points) of the interpolation error fits; curvature alone would need f''."""
+    fixed = sorted({lo, hi, *[k for k in kinks if lo < k < hi]})
+    knots = list(fixed)
+    i = 0
+    while i < len(knots) - 1:
+        a, b = knots[i], knots[i + 1]
+        xs = np.linspace(a, b, 65)[1:-1]
+        fa, fb = f(np.array([a, b]))
+        err = np.abs(fa + (fb - fa) * (xs - a) / (b - a) - f(xs))
+        if not np.all(np.isfinite(err)):
+            raise RangeError(f"the function is not finite on [{a}, {b}]")
+        if np.all(err <= tol(xs)):
+            i += 1
+            continue
+        knots.insert(i + 1, (a + b) / 2)
+        if len(knots) > max_knots:
+            raise RangeError(f"interpolating to this tolerance over [{lo}, {hi}] needs more "
+                             f"than {max_knots} knots; loosen the tolerance or narrow the range")
+    return knots
+
+
+def sharpness_for(knots: Sequence[float], f: Pwl, tol_at_knot: Callable[[float], float],
+                  machine: str, what: str) -> float:
+    """The smallest power-of-two sharpness at which SwiGLU corners neither overlap
+    (KNOT_SPACING) nor err by more than ``tol_at_knot`` at any knot."""
+    if machine != "swiglu" or len(knots) < 2:
+        return 1.0
+    gap = min(b - a for a, b in itertools.pairwise(knots))
+    need = KNOT_SPACING / (SILU_SCALE * gap)
+    for h in f.hinges:
+        need = max(need, abs(h.weight) * HINGE_MAX_ERROR / (SILU_SCALE * tol_at_knot(h.knot)))
+    sharp = 2.0 ** max(0, math.ceil(math.log2(need))) if need > 1 else 1.0
+    if sharp > MAX_SHARPNESS:
+        raise RangeError(f"{what}: knots {gap:.3g} apart need hinge sharpness {sharp:g} "
+                         f"(limit {MAX_SHARPNESS:g}); loosen the tolerance or narrow the range")
+    return sharp
+
+
+def with_sharpness(f: Pwl, sharpness: float) -> Pwl:
+    return Pwl(f.const, f.slope, [Hinge(h.knot, h.weight, sharpness) for h in f.hinges],
+               f.anchor)
+
+
+def reciprocal_knots(rng: Interval, grid: Grid | None, rel_tol: float) -> list[float]:
+    """Knots for 1/x on a range of one sign: every lattice point when few enough (exact on
+    the grid), else knots whose interpolation error is within rel_tol/2 of |1/x|."""
+    _need_finite(rng, "1/x")
+    if rng.lo <= 0 <= rng.hi:
+        raise RangeError(f"1/x over [{rng.lo}, {rng.hi}] includes 0; declare a range of one "
+                         "sign with tw.claim(v, lo, hi)")
+    if grid is not None:
+        if 2 <= grid.count(rng) <= TABLE_SEGMENTS + 1:
+            return grid.points(rng)
+    return auto_knots(lambda x: 1.0 / x, rng.lo, rng.hi, lambda x: rel_tol / 2 / np.abs(x))

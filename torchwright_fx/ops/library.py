@@ -1,9 +1,11 @@
 """Shared definitions behind the two user-facing op libraries (``swiglu`` and ``relu``).
 
 A library op is an intrinsic tagged with its machine: using one fixes the program's machine,
-and using ops of both libraries in one program is rejected (``lower/lowering.py``). The
-plain-torch spelling of each op (``a * b``, ``torch.where``, ``torch.relu``...) lowers on
-whichever machine the program compiles for.
+and using ops of both libraries in one program is rejected (``lower/lowering.py``). Both
+libraries export the same names with the same signatures; the plain-torch spelling of each op
+(``a * b``, ``torch.where``, ``torch.floor``...) lowers on whichever machine the program
+compiles for. Library spellings add the knobs torch has no room for: the table ``step`` of a
+ReLU product, the relative tolerance of a reciprocal, the tolerance of a piecewise function.
 """
 
 from __future__ import annotations
@@ -11,11 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 
+from torchwright_fx import numeric
 from torchwright_fx.intrinsics import intrinsic
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, to_stream
+from torchwright_fx.ops import ffn
+
+NAMES = ("abs", "ceil", "clamp", "compare", "floor", "maximum", "minimum", "mod", "mul",
+         "piecewise", "reciprocal", "relu", "round", "select", "square")
 
 
 def _define(machine: str, eager: Callable[..., Any], rule: Callable[..., Any],
@@ -29,24 +38,131 @@ def _define(machine: str, eager: Callable[..., Any], rule: Callable[..., Any],
     return intrinsic(lower, machine=machine)(eager)
 
 
-def make_library(machine: str) -> dict[str, Callable[..., Any]]:
-    def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _rule(target: Any) -> Callable[..., Any]:
+    return table.FUNCTIONS[target]
+
+
+def _mul_rule(ctx: LowerCtx, a: Any, b: Any, step: float | None = None) -> Stream:
+    return table.FUNCTIONS[torch.mul](ctx, a, b, step=step)
+
+
+def _square_rule(ctx: LowerCtx, x: Any, step: float | None = None) -> Stream:
+    return table.power(ctx, to_stream(x, ctx.out_width), 2, step)
+
+
+def _reciprocal_rule(ctx: LowerCtx, x: Any, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> Stream:
+    return table.reciprocal(ctx, to_stream(x, ctx.out_width), rel_tol)
+
+
+def _arithmetic(machine: str) -> dict[str, Callable[..., Any]]:
+    def mul(a: torch.Tensor, b: torch.Tensor, step: float | None = None) -> torch.Tensor:
         return a * b
 
+    def square(x: torch.Tensor, step: float | None = None) -> torch.Tensor:
+        return x * x
+
+    def reciprocal(x: torch.Tensor, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> torch.Tensor:
+        return 1.0 / x
+
+    step_doc = (" SwiGLU: exact (``step`` is ignored). ReLU: a 0/1 factor gates exactly;"
+                " otherwise a piecewise-linear table over the declared ranges (tw.claim), exact"
+                " on integer-valued inputs, else within step**2/16 (default: 256 segments).")
+    return {
+        "mul": _define(machine, mul, _mul_rule, "Product of two streams." + step_doc),
+        "square": _define(machine, square, _square_rule, "x * x." + step_doc),
+        "reciprocal": _define(machine, reciprocal, _reciprocal_rule,
+                              "1/x over x's declared range (one sign), within rel_tol."),
+    }
+
+
+def _elementwise(machine: str) -> dict[str, Callable[..., Any]]:
     def select(cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
         return torch.where(cond.bool(), a, b)
 
     def relu(x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x)
 
+    def abs(x: torch.Tensor) -> torch.Tensor:
+        return torch.abs(x)
+
+    def minimum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(a, b)
+
+    def maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(a, b)
+
+    def clamp(x: torch.Tensor, min: Any = None, max: Any = None) -> torch.Tensor:
+        return torch.clamp(x, min, max)
+
     def compare(x: torch.Tensor, threshold: float) -> torch.Tensor:
         return x > threshold
 
     return {
-        "mul": _define(machine, mul, table.FUNCTIONS[torch.mul],
-                       "Product of two streams (elementwise)."),
-        "select": _define(machine, select, table.FUNCTIONS[torch.where],
+        "select": _define(machine, select, _rule(torch.where),
                           "``a`` where cond is 1, else ``b``."),
-        "relu": _define(machine, relu, table.FUNCTIONS[torch.relu], "max(x, 0)."),
-        "compare": _define(machine, compare, table.FUNCTIONS[torch.gt], "1 where x > threshold."),
+        "relu": _define(machine, relu, _rule(torch.relu), "max(x, 0)."),
+        "abs": _define(machine, abs, _rule(torch.abs), "|x|."),
+        "minimum": _define(machine, minimum, _rule(torch.minimum), "Elementwise min."),
+        "maximum": _define(machine, maximum, _rule(torch.maximum), "Elementwise max."),
+        "clamp": _define(machine, clamp, _rule(torch.clamp), "clamp(x, min, max)."),
+        "compare": _define(machine, compare, _rule(torch.gt), "1 where x > threshold."),
     }
+
+
+def _rounding(machine: str) -> dict[str, Callable[..., Any]]:
+    def floor(x: torch.Tensor) -> torch.Tensor:
+        return torch.floor(x)
+
+    def ceil(x: torch.Tensor) -> torch.Tensor:
+        return torch.ceil(x)
+
+    def round(x: torch.Tensor) -> torch.Tensor:
+        return torch.round(x)
+
+    def mod(x: torch.Tensor, m: float) -> torch.Tensor:
+        return torch.remainder(x, m)
+
+    doc = " over x's declared range: exact on integer (grid) valued x."
+    return {
+        "floor": _define(machine, floor, _rule(torch.floor), "floor(x)" + doc),
+        "ceil": _define(machine, ceil, _rule(torch.ceil), "ceil(x)" + doc),
+        "round": _define(machine, round, _rule(torch.round), "round half to even" + doc),
+        "mod": _define(machine, mod, _rule(torch.remainder), "x mod m (sign of m)" + doc),
+    }
+
+
+def _piecewise(machine: str) -> dict[str, Callable[..., Any]]:
+    tagged_table = intrinsic(numeric.lower_piecewise_table, machine=machine)(
+        _copy(numeric.piecewise_table, machine))
+    tagged_expr = intrinsic(numeric.lower_piecewise_expr, machine=machine)(
+        _copy(numeric.piecewise_expr, machine))
+
+    def piecewise(fn: Any, v: torch.Tensor, breakpoints: Any = None, *,
+                  var: sympy.Symbol | None = None, tol: float | None = None,
+                  input_scale: float = 1.0) -> torch.Tensor:
+        return numeric.piecewise_via(fn, v, breakpoints, var, tol, input_scale, tagged_table,
+                                  tagged_expr)
+
+    piecewise.__doc__ = numeric.piecewise.__doc__
+    piecewise.__module__ = f"torchwright_fx.ops.{machine}"
+    return {"piecewise": piecewise}
+
+
+def _copy(fn: Callable[..., Any], machine: str) -> Callable[..., Any]:
+    """The eager semantics of ``fn`` under a machine-specific name (one intrinsic each)."""
+    eager = getattr(fn, "__wrapped__", fn)
+
+    def copy(*args: Any, **kwargs: Any) -> Any:
+        return eager(*args, **kwargs)
+
+    copy.__name__ = copy.__qualname__ = f"{eager.__name__}"
+    copy.__module__ = f"torchwright_fx.ops.{machine}"
+    copy.__doc__ = eager.__doc__
+    return copy
+
+
+def make_library(machine: str) -> dict[str, Callable[..., Any]]:
+    ops = {**_arithmetic(machine), **_elementwise(machine), **_rounding(machine),
+           **_piecewise(machine)}
+    assert set(ops) == set(NAMES)
+    return ops

@@ -20,16 +20,15 @@ def fold_embedding(prog: Program) -> Program:
     def fold(lin: Lin) -> Lin:
         if len(lin.terms) < 2 or any(prog.signals[s].producer != EMBED for s in lin.terms):
             return lin
-        key = lin.key()
+        key = tuple(sorted(lin.terms.items()))  # the constant stays outside the table
         if key not in cache:
             n = len(prog.vocab)
             table = tuple(sum(c * prog.embed_tables[s][t] for s, c in lin.terms.items())
                           for t in range(n))
             first = prog.signals[next(iter(lin.terms))]
             rng = Interval(min(table), max(table), all(float(v).is_integer() for v in table))
-            cache[key] = prog.embed(table, rng, f"embed({first.name}...)", first.source) \
-                + lin.const
-        return cache[key]
+            cache[key] = prog.embed(table, rng, f"embed({first.name}...)", first.source)
+        return cache[key] + lin.const
 
     rewrite_lins(prog, fold)
     return prog

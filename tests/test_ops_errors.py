@@ -1,0 +1,153 @@
+"""Constructs the op libraries cannot compile fail with a CompileError that names the user's
+line and says what to do; the library spellings (ops.swiglu / ops.relu) compile and fix the
+machine."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_ops_helpers import Claim, Probe, fp32, run_probes
+
+import torchwright_fx as tw
+from torchwright_fx import numeric
+from torchwright_fx.ir.graph import MachineKind
+from torchwright_fx.ops import relu as R
+from torchwright_fx.ops import swiglu as S
+
+VOCAB = tw.Vocab("0123456789\n")
+
+
+def _line_of(fn, marker: str) -> str:
+    lines, start = inspect.getsourcelines(fn)
+    return f"{__file__}:{start + next(i for i, line in enumerate(lines) if marker in line)}"
+
+
+def _compile_error(fn, machine: MachineKind = "swiglu") -> str:
+    with pytest.raises(tw.CompileError) as err:
+        tw.compile(fn, vocab=VOCAB, max_seq_len=16, machine=machine).compile()
+    return str(err.value)
+
+
+def test_relu_product_without_a_range_names_the_line_and_asks_for_a_claim():
+    def prog(x):
+        a = tw.claim(tw.code(x), -math.inf, math.inf)
+        return a * tw.code(x)  # MARK
+
+    msg = _compile_error(prog, "relu")
+    assert _line_of(prog, "MARK") in msg
+    assert "tw.claim" in msg and "ReLU" in msg
+
+
+def test_relu_product_with_ranges_is_exact_on_integers():
+    digits = [float(d) for d in range(10)]
+    a, b = [x for x in digits for _ in digits], digits * 10
+    (got,) = run_probes([Probe(lambda p, q: p * q, [a, b], [Claim(0, 9, True)] * 2)], "relu")
+    assert torch.equal(got, fp32(a) * fp32(b))
+
+
+def test_op_without_lowering_names_the_line_and_op():
+    def prog(x):
+        v = tw.code(x)
+        return torch.exp(v)  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "no lowering" in msg and "exp" in msg
+
+
+def test_power_with_a_stream_exponent_is_rejected_with_advice():
+    def prog(x):
+        return 2 ** tw.code(x)  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "tw.piecewise" in msg
+
+
+def test_reciprocal_over_a_range_containing_zero_asks_for_a_claim():
+    def prog(x):
+        return 1 / (tw.code(x) - 3)  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "includes 0" in msg and "tw.claim" in msg
+
+
+def test_floor_of_an_unbounded_stream_asks_for_a_claim():
+    def prog(x):
+        v = tw.claim(tw.code(x) / 3, -math.inf, math.inf)
+        return torch.floor(v)  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "tw.claim" in msg
+
+
+def test_equality_of_real_valued_streams_is_rejected():
+    def prog(x):
+        v = tw.lookup(x, {str(d): d * 0.3183 for d in range(10)})
+        return (tw.shift(v, 1) == 0.3183).float()  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "integer-valued" in msg
+
+
+def test_too_close_breakpoints_are_rejected_on_swiglu_only():
+    def prog(x):
+        return numeric.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0])  # MARK
+
+    msg = _compile_error(prog, "swiglu")
+    assert _line_of(prog, "MARK") in msg and "input_scale" in msg
+    tw.compile(prog, vocab=VOCAB, max_seq_len=16, machine="relu").compile()
+
+    def sharper(x):
+        return numeric.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0], input_scale=4.0)
+
+    tw.compile(sharper, vocab=VOCAB, max_seq_len=16).compile()
+
+
+def test_number_to_digits_needs_a_non_negative_range():
+    def prog(x):
+        return numeric.number_to_digits(tw.code(x) - 5, 2)[:, :1]  # MARK
+
+    assert _line_of(prog, "MARK") in _compile_error(prog)
+
+
+def test_lookup2_needs_integer_keys():
+    def prog(x):
+        half = tw.code(x) / 2
+        return numeric.lookup2(half, tw.code(x), {(0, 0): 1.0})  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg and "integral=True" in msg
+
+
+@pytest.mark.parametrize("machine, lib", [("swiglu", S), ("relu", R)])
+def test_library_spellings_compile_on_their_machine(machine, lib):
+    # real values away from every step's ramp (integers, half-integers, multiples of 3)
+    pts = [-3.7, -2.6, -1.3, -0.6, 0.4, 0.7, 1.35, 2.7, 3.65]
+    pos = [0.7, 1.3, 2.2, 3.35, 4.4, 5.3, 6.2, 7.3, 7.7]
+
+    def op(a, b):
+        return (lib.mul(a, b, step=0.05) + lib.square(a) + lib.reciprocal(b, rel_tol=1e-3)
+                + lib.floor(a) + lib.mod(b, 3) + lib.round(b) + lib.ceil(a)
+                + lib.piecewise(lambda t: t * t, lib.clamp(a, -3, 3), [-3.0, 0.0, 3.0])
+                + lib.select(lib.compare(a, 0.25), lib.relu(a), lib.abs(b))
+                + lib.maximum(a, b) + lib.minimum(a, b))
+
+    (got,) = run_probes([Probe(op, [pts, pos], [Claim(-4, 4), Claim(0.5, 8)])], machine)
+    a, b = fp32(pts).numpy(), fp32(pos).numpy()
+    clamped = np.clip(a, -3, 3)
+    want = (a * b + a * a + 1 / b + np.floor(a) + np.mod(b, 3) + np.round(b) + np.ceil(a)
+            + np.interp(clamped, [-3, 0, 3], [9, 0, 9]) + np.where(a > 0.25, np.maximum(a, 0),
+                                                                   np.abs(b))
+            + np.maximum(a, b) + np.minimum(a, b))
+    assert np.allclose(got.numpy(), want, atol=0.05), np.abs(got.numpy() - want).max()
+
+
+def test_library_ops_fix_the_machine():
+    def prog(x):
+        return R.floor(tw.code(x) / 2)
+
+    compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=16).compile()
+    assert compiled.build.program.machine == "relu"

@@ -1,0 +1,100 @@
+"""sort_digits_v1: ``9583\\n`` -> ``3589``: the digits of the prompt in ascending order, one
+per step, then ``<eos>``.
+
+1..``max_len`` digits (default 10: ``9876543210`` -> ``0123456789``). Repeated digits are
+kept, each printed as many times as it was typed: ``3311`` -> ``1133``, ``0000`` -> ``0000``.
+
+A counting sort, decided afresh at every step. At the newline, for every digit v, count
+C_v = how many typed digits are <= v, and hold the counts. At the step after k digits have
+been printed the next digit is the smallest v with C_v > k, that is, the number of v with
+C_v <= k; once C_9 (the length) <= k every digit has been printed and the answer is
+``<eos>``. The counts come from one averaging head: the mean of the indicator
+[digit <= v] over <bos> and the digits is C_v / (n + 1), multiplied back by n + 1.
+"""
+
+# report() for the default build (max_len=10), heuristic scheduler:
+#   sort_digits_v1: 2 layers (critical-path bound 2), d_model=64, d_head=8, 13 heads/layer,
+#   20 lanes/layer, 62,400 parameters, compiled in ~0.2s
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+import torchwright_fx as tw
+
+MAX_LEN = 10
+DIGITS = "0123456789"
+VOCAB = tw.Vocab(DIGITS + "\n")
+DEMOS = ["9583\n", "9876543210\n", "3311\n", "7\n"]
+EDGE_CASES = [
+    # the seed's own cases
+    "9583\n", "1\n", "5432\n", "9876543210\n",
+    # repeated digits, already sorted, single digits, the longest inputs
+    "3311\n", "0000\n", "9999999999\n", "0000000000\n", "0123456789\n", "1111100000\n",
+    "0\n", "9\n", "90\n", "09\n", "5555555550\n", "1212121212\n", "9090909090\n",
+]
+
+
+def oracle(prompt: str) -> str:
+    return "".join(sorted(prompt.strip()))
+
+
+def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
+    """Every string of 1..3 digits, then, for each longer length, runs and patterns (the whole
+    domain has about 11 billion prompts)."""
+    for n in range(1, min(3, max_len) + 1):
+        for digits in itertools.product(DIGITS, repeat=n):
+            yield "".join(digits) + "\n"
+    for n in range(4, max_len + 1):
+        for d in DIGITS:
+            yield d * n + "\n"
+        yield DIGITS[:n] + "\n"
+        yield DIGITS[:n][::-1] + "\n"
+        yield DIGITS[::-1][:n] + "\n"
+        for a, b in itertools.combinations("0259", 2):
+            yield (a + b) * (n // 2) + a * (n % 2) + "\n"
+            yield b * (n - 1) + a + "\n"
+
+
+def sample(rng: random.Random, max_len: int = MAX_LEN) -> str:
+    n = rng.randint(1, max_len)
+    pool = DIGITS if rng.random() < 0.5 else rng.sample(DIGITS, rng.randint(1, 3))  # repeats
+    return "".join(rng.choice(pool) for _ in range(n)) + "\n"
+
+
+def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
+    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
+
+    def sort_digits_v1(x: torch.Tensor) -> torch.Tensor:
+        newline = tw.is_token(x, "\n")
+        bos = tw.is_token(x, "<bos>")
+        # at_most[:, v] = [this token is a digit <= v]
+        one_hot = torch.cat([tw.is_token(x, d) for d in DIGITS], dim=-1).float()
+        at_most = one_hot @ torch.triu(torch.ones(10, 10))
+        # Averaged over <bos> and the digits, at the newline: C_v / (n + 1).
+        fraction = tw.mean(at_most, tw.is_token(x, ["<bos>", *DIGITS]))
+
+        # A shift reads <bos> when it reaches past the start, so at position i,
+        # shift(bos, j) = [i <= j], and the shifts of `newline` say how far back it is.
+        back = [tw.shift(torch.cat([bos.float(), newline.float()], dim=-1), j)
+                for j in range(1, max_len + 2)]
+        position = (max_len + 2) - sum(b[:, 0:1] for b in back)  # = i for i <= max_len + 1
+        printed = sum(j * b[:, 1:2] for j, b in enumerate(back, 1))  # k = steps since newline
+
+        # At the newline, position = n + 1: the counts, held for the steps that follow.
+        counts = tw.latch(fraction * position, newline)
+        done = (counts - printed <= 0.5).float()  # [C_v <= k]; counts are within 1e-5 of whole
+        eos, zero = tw.token("<eos>"), tw.token("0")
+        # The next digit is the number of v with C_v <= k (v < 9); when C_9 <= k too, <eos>.
+        return zero + done[:, :9] @ torch.ones(9, 1) + (eos - zero - 9) * done[:, 9:10]
+
+    return tw.compile(sort_digits_v1, vocab=VOCAB, **options).with_domain(
+        lambda: inputs(max_len), oracle)
+
+
+program = make()

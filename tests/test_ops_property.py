@@ -56,6 +56,13 @@ def magnitude(p: Plan) -> float:
     return ma + mb if name in ("add", "sub") else max(ma, mb)
 
 
+def peak(p: Plan) -> float:
+    """A bound on |value| of every intermediate of a plan: fp32 rounding is relative to the
+    largest value a chain carries (x*x % 2 keeps the product's rounding, 1e-7 * 81)."""
+    children = [] if p[0] == "leaf" else [p[3]] if p[0] == "un" else [p[2], p[3]]
+    return max([magnitude(p), *map(peak, children)])
+
+
 def build(p: Plan, leaves: list[torch.Tensor]) -> torch.Tensor:
     if p[0] == "leaf":
         return leaves[p[1]]
@@ -98,7 +105,7 @@ def program_of(plan: Plan):
     return random_program
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=plans(), machine=st.sampled_from(["swiglu", "relu"]),
        text=st.text("0123456789", min_size=1, max_size=14))
 def test_random_program_compiles_to_its_reference(plan: Plan, machine: MachineKind,
@@ -108,5 +115,5 @@ def test_random_program_compiles_to_its_reference(plan: Plan, machine: MachineKi
     want = compiled.traced.run(ids).double()
     _, states = runtime.forward(compiled.machine, ids, capture=True)
     got = read_lin(compiled, compiled.build.program.output, states)
-    tol = 1e-6 * torch.clamp(want.abs(), min=1.0)
+    tol = 1e-6 * max(peak(plan), 1.0)
     assert torch.all((got - want).abs() <= tol), (plan, machine, text, got, want)

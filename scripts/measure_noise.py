@@ -33,7 +33,7 @@ from test_ops_helpers import Claim, Probe, fp32, run_probes  # noqa: E402
 
 from torchwright_fx import numeric  # noqa: E402
 from torchwright_fx.ir.graph import MachineKind  # noqa: E402
-from torchwright_fx.ops import ffn  # noqa: E402
+from torchwright_fx.ops import numerics  # noqa: E402
 from torchwright_fx.ops.numerics import RAMP_WIDTH, SILU_SCALE  # noqa: E402
 
 JSON_PATH = ROOT / "docs" / "op_noise.json"
@@ -101,7 +101,7 @@ def whole(lo: float, hi: float, k: int = 1) -> tuple[Claim, ...]:
     return (Claim(lo, hi, True),) * k
 
 
-HINGE = ffn.HINGE_MAX_ERROR / SILU_SCALE  # relu(z) vs SiLU(S z)/S, per unit slope change
+HINGE = numerics.HINGE_MAX_ERROR / SILU_SCALE  # relu(z) vs SiLU(S z)/S, per unit slope change
 EXACT = 1e-6  # "exact": fp32 dust only (the probe reads affine forms in float64)
 FP32 = 2.0 ** -24
 X = sympy.Symbol("x")
@@ -129,8 +129,8 @@ def hinged(k: float) -> dict[str, dict[str, Bound]]:
 def table_bound(width: float, interp: float, top: float) -> Bound:
     """A 256-segment table over ``width``: ``interp(h)`` plus worst-case fp32 summation of
     its lanes (each partial sum below ``top``)."""
-    h = width / ffn.TABLE_SEGMENTS
-    return {"abs": interp * h * h + 2 * ffn.TABLE_SEGMENTS * top * FP32}
+    h = width / numerics.TABLE_SEGMENTS
+    return {"abs": interp * h * h + 2 * numerics.TABLE_SEGMENTS * top * FP32}
 
 
 def ramped(top: float, exact_dists: Sequence[str]) -> dict[str, dict[str, Bound]]:
@@ -146,7 +146,7 @@ def _table(n: int = 5, m: int = 7) -> dict[tuple[int, int], float]:
 
 
 def _arithmetic_ops() -> list[Op]:
-    rtol = ffn.RECIPROCAL_REL_TOL
+    rtol = numerics.RECIPROCAL_REL_TOL
     return [
         Op("mul", "SwiGLU: SiLU(a)b + SiLU(-a)(-b), exact in real arithmetic. ReLU: "
            "quarter squares ((a+b)**2 - (a-b)**2)/4, each a 256-segment table over the "

@@ -24,7 +24,7 @@ from test_ops_helpers import Claim, Probe, fp32, run_probes
 
 import torchwright_fx as tw
 from torchwright_fx import numeric
-from torchwright_fx.ops import ffn
+from torchwright_fx.ops import numerics
 from torchwright_fx.ops.numerics import RAMP_WIDTH
 
 NOISE = json.loads((Path(__file__).resolve().parents[1] / "docs" / "op_noise.json").read_text())
@@ -134,7 +134,7 @@ def _hinge_cases() -> list[Case]:
              lambda a, b: np.minimum(np.maximum(a, b), b + 3), pairs(-8, 8, True), [W8, W8]),
         Case("piecewise", lambda a: numeric.piecewise(lambda t: t ** 3, a, PW_XS),
              lambda a: np.interp(a, PW_XS, [t ** 3 for t in PW_XS]), [REAL8 + PW_XS], [C8],
-             _largest_slope_change(PW_XS, lambda t: t ** 3) * ffn.HINGE_MAX_ERROR / 128),
+             _largest_slope_change(PW_XS, lambda t: t ** 3) * numerics.HINGE_MAX_ERROR / 128),
         Case("piecewise_sympy", lambda a: numeric.piecewise(sympy.exp(X / 4), a, tol=1e-3),
              lambda a: np.exp(a / 4), [REAL8], [C8], 1e-3 + 1e-6),
         Case("piecewise_kink", lambda a: numeric.piecewise(sympy.Max(X, 1) - sympy.Abs(X + 2),

@@ -30,7 +30,7 @@ from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
-from torchwright_fx.ops import ffn
+from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Pwl
 from torchwright_fx.ops.numerics import SILU_SCALE
 
@@ -99,7 +99,7 @@ def piecewise_via(fn: Fn, v: torch.Tensor, breakpoints: Sequence[float] | None,
     if sym is None:
         raise ValueError("tw.piecewise needs breakpoints unless fn is a sympy expression")
     return expr_op(v, sympy.srepr(sym[0]), sympy.srepr(sym[1]),
-                   ffn.PIECEWISE_TOL if tol is None else float(tol))
+                   numerics.PIECEWISE_TOL if tol is None else float(tol))
 
 
 def _interp(v: torch.Tensor, xs: Sequence[float], ys: Sequence[float]) -> torch.Tensor:
@@ -108,7 +108,7 @@ def _interp(v: torch.Tensor, xs: Sequence[float], ys: Sequence[float]) -> torch.
 
 
 def _knot_spacing_error(xs: Sequence[float], input_scale: float) -> str | None:
-    need = ffn.KNOT_SPACING / (SILU_SCALE * input_scale)
+    need = numerics.KNOT_SPACING / (SILU_SCALE * input_scale)
     for a, b in itertools.pairwise(xs):
         if b - a < need:
             return (f"breakpoints {a:g} and {b:g} are {b - a:.3g} apart; on the SwiGLU machine "
@@ -252,13 +252,13 @@ def interpolation_error(expr: sympy.Expr, breakpoints: Sequence[float],
 
 
 # -- reciprocal -----------------------------------------------------------------------------------
-def _lower_reciprocal(ctx: LowerCtx, v: Stream, rel_tol: float = ffn.RECIPROCAL_REL_TOL
+def _lower_reciprocal(ctx: LowerCtx, v: Stream, rel_tol: float = numerics.RECIPROCAL_REL_TOL
                       ) -> Stream:
     return table.reciprocal(ctx, to_stream(v, ctx.out_width), rel_tol)
 
 
 @intrinsic(_lower_reciprocal)
-def reciprocal(v: torch.Tensor, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> torch.Tensor:
+def reciprocal(v: torch.Tensor, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> torch.Tensor:
     """1/v over v's declared range (one sign): exact on integer-valued streams with at most
     256 values, else within ``rel_tol`` relative. ``1/v`` and ``torch.reciprocal`` use the
     default tolerance."""

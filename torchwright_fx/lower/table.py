@@ -20,7 +20,7 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
-from torchwright_fx.ops import ffn
+from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Grid, Pwl, Step
 
 Rule = Callable[..., Any]
@@ -344,7 +344,7 @@ def _reciprocal_rule(ctx: LowerCtx, a: Any) -> Stream:
     return reciprocal(ctx, to_stream(a, ctx.out_width))
 
 
-def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> Stream:
+def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> Stream:
     """1/x over a declared range of one sign: a piecewise-linear table, exact on lattice
     points when there are few, else within rel_tol relative (half interpolation, half
     SwiGLU corner rounding)."""

@@ -21,7 +21,7 @@ from torchwright_fx.intrinsics import intrinsic
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import ffn
+from torchwright_fx.ops import numerics
 
 NAMES = ("abs", "ceil", "clamp", "compare", "floor", "maximum", "minimum", "mod", "mul",
          "piecewise", "reciprocal", "relu", "round", "select", "square")
@@ -50,7 +50,7 @@ def _square_rule(ctx: LowerCtx, x: Any, step: float | None = None) -> Stream:
     return table.power(ctx, to_stream(x, ctx.out_width), 2, step)
 
 
-def _reciprocal_rule(ctx: LowerCtx, x: Any, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> Stream:
+def _reciprocal_rule(ctx: LowerCtx, x: Any, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> Stream:
     return table.reciprocal(ctx, to_stream(x, ctx.out_width), rel_tol)
 
 
@@ -61,7 +61,7 @@ def _arithmetic(machine: str) -> dict[str, Callable[..., Any]]:
     def square(x: torch.Tensor, step: float | None = None) -> torch.Tensor:
         return x * x
 
-    def reciprocal(x: torch.Tensor, rel_tol: float = ffn.RECIPROCAL_REL_TOL) -> torch.Tensor:
+    def reciprocal(x: torch.Tensor, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> torch.Tensor:
         return 1.0 / x
 
     step_doc = (" SwiGLU: exact (``step`` is ignored). ReLU: a 0/1 factor gates exactly;"

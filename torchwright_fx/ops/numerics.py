@@ -4,6 +4,7 @@ All arithmetic is fp32, as in the emitted Phi-3 checkpoint.
 """
 
 import math
+from fractions import Fraction
 
 # -- SwiGLU hinge -----------------------------------------------------------------------------
 # hinge(z) = SiLU(S*z)/S approximates relu(z) within 0.2785/S everywhere. S is a power of two
@@ -57,3 +58,35 @@ def is_power_of_two(n: int) -> bool:
 def sqrt_exact(n: int) -> float:
     """sqrt(n), used to fold Phi-3's 1/sqrt(d_head) logit scale into W_Q."""
     return math.sqrt(n)
+
+# -- FFN constructions (ops/ffn.py) -----------------------------------------------------------
+# max_y |SiLU(y) - relu(y)| = max_y |y| * sigmoid(-|y|): the maximum sits where y*sigmoid(y) = 1
+# (y = 1.27846...), and its value is y - 1. A hinge of sharpness s errs by at most this / (S*s).
+HINGE_MAX_ERROR = 0.2784645427610738
+# SwiGLU knots closer than KNOT_SPACING / (S * input_scale) would have overlapping rounded
+# corners: each corner is inexact within SATURATION/(S*s) ~ 17/(S*s) of its knot (DESIGN §6.2).
+KNOT_SPACING = 34.0
+# Every multiple of 1/2 below 2**23 is an fp32 number: sums of half-integer lane values with
+# weights +-1 are exact while all partial sums stay below this.
+EXACT_HALF_INTEGERS = 2.0 ** 23
+# Real-valued (off-grid) staircases: each lane value carries a relative rounding error of
+# 2**-24 (gate) plus 2**-24 (sum), so the column's noise is at most magnitude * 2**-23. Keep it
+# below 1/16 so that a downstream integer ramp (tolerance 1/4) still reads it exactly.
+REAL_STAIR_MAGNITUDE = 2.0 ** 19
+# Above this many steps a staircase on a grid is split into two stages (coarse, then fine).
+SINGLE_STAGE_STEPS = 256
+# Hard cap on the lanes one staircase or table may use.
+MAX_LANES = 8192
+# Default segments of a piecewise-linear table of x**n (the ReLU product, square and power).
+TABLE_SEGMENTS = 256
+# Default absolute tolerance of tw.piecewise on a sympy expression, and relative tolerance of
+# the reciprocal. Half of each goes to interpolation, half to SwiGLU corner rounding.
+PIECEWISE_TOL = 1e-3
+RECIPROCAL_REL_TOL = 1e-3
+MAX_KNOTS = 2048
+# Grids: coefficients count as rational up to this denominator, and a lattice finer than
+# MIN_GRID_SPACING is treated as real-valued (its ramps would be too steep to be useful).
+GRID_DENOMINATOR = 2 ** 16
+MIN_GRID_SPACING = Fraction(1, 2 ** 16)
+# SwiGLU hinge sharpness is a power of two (exact scaling) and at most this.
+MAX_SHARPNESS = 2.0 ** 12

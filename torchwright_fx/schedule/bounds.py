@@ -32,9 +32,9 @@ def critical_path_layers(prog: Program) -> int:
 
 
 def peak_live_width(prog: Program, plan: Plan) -> int:
-    """Most signals alive at any one stage under this plan's stages (plus the reserved
+    """Most columns taken at any one stage under this plan's stages (plus the reserved
     columns): no width below it can hold the plan."""
-    spans = plan.lifetimes(prog)
+    spans = plan.occupancy(prog)
     peak = 0
     for t in range(-1, 2 * plan.n_layers + 1):
         peak = max(peak, sum(1 for a, b in spans.values() if a <= t <= b))

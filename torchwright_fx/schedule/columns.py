@@ -22,8 +22,21 @@ class WidthError(ValueError):
     """The program needs more residual columns than d_model provides."""
 
 
-def _reserved(d_model: int) -> int:
+MIN_D_MODEL, MAX_D_MODEL = 16, 1 << 16  # the widths tried when d_model is left to the compiler
+
+
+def reserved_columns(d_model: int) -> int:
+    """Columns no signal may use: the constant 1.0 and the RMSNorm pins."""
     return 1 + pin_count(d_model)
+
+
+def fitting_width(live: int) -> int:
+    """The smallest power-of-two d_model with room for ``live`` signals beside the reserved
+    columns (what ``allocate`` picks when every dead column can be recycled in time)."""
+    d = MIN_D_MODEL
+    while live + reserved_columns(d) > d:
+        d *= 2
+    return d
 
 
 def _cancel_stage(last_read: int, n_layers: int) -> int | None:
@@ -35,7 +48,7 @@ def _cancel_stage(last_read: int, n_layers: int) -> int | None:
 def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dict[int, int]]:
     """Columns for every live signal, and the cancel stage of each recycled signal."""
     spans = plan.lifetimes(prog)
-    first = _reserved(d_model)
+    first = reserved_columns(d_model)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)
     released: list[tuple[int, int, int]] = []
@@ -59,7 +72,7 @@ def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dic
 
 
 def columns_needed(prog: Program, d_model: int) -> int:
-    return _reserved(d_model) + len(prog.live)
+    return reserved_columns(d_model) + len(prog.live)
 
 
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
@@ -69,7 +82,8 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
             raise WidthError(f"d_model={d_model}: the RMSNorm identity needs a power-of-two width")
         candidates = [d_model]
     else:
-        candidates = [1 << k for k in range(4, 17)]
+        candidates = [1 << k for k in range(MIN_D_MODEL.bit_length() - 1,
+                                           MAX_D_MODEL.bit_length())]
     error: WidthError | None = None
     for d in candidates:
         try:
@@ -79,7 +93,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
             continue
         plan.d_model = d
         plan.const_col = 0
-        plan.pin_cols = list(range(1, _reserved(d)))
+        plan.pin_cols = list(range(1, reserved_columns(d)))
         return plan
     raise WidthError(f"the program does not fit: {error}; leave d_model unset to pick the "
                      "smallest width that fits, or schedule with optimize>=1")

@@ -6,6 +6,9 @@ widest layer sets ``num_attention_heads`` and ``intermediate_size`` for *every* 
 module keeps the layer count minimal and spreads the producers so the per-layer maxima of
 heads and MLP lanes -- hence the parameter count -- are as small as possible. When the caller
 fixes ``d_model`` it also keeps the live residual width within it, which may cost layers.
+When the compiler picks ``d_model`` (the default), spreading producers must not push the live
+width past the next power of two: the width is capped at the warm plan's d, then half of it
+is tried at the same layer count (``_auto_width``).
 
 The model (``build_model``), for every producer p (FFN bank or attention head):
 
@@ -26,10 +29,11 @@ Constraints:
   set of FFNs that contain them. A lane owned by one FFN counts through ``at[f][L]``; a group
   shared by several FFNs counts once per layer through ``shared[g][L] >= at[f][L]`` for each
   owner f. ``sum <= lanes_max`` for every layer;
-* live width (only when ``d_model`` is given): every live signal is an interval over stages
-  from its producer's stage to its last reader's stage, both ends included (``last >= stage of
-  every reader``; a signal the output reads stays live to the horizon), exactly
-  ``Plan.lifetimes``. Signals with the same producer, readers and output flag share one
+* live width (under a width cap): every live signal takes its column from its producer's
+  stage to its cancel stage, both ends included: the first attention stage at or after its
+  last read (``2 * cancel >= stage of every reader``), since a column is recycled only once a
+  cancel head has zeroed it; a signal the output reads stays to the horizon. This is exactly
+  ``Plan.occupancy``. Signals with the same producer, readers and output flag share one
   interval whose demand is their count. A cumulative constraint keeps the live count at every
   stage within ``d_model - 1 - pin_count(d_model)`` (the constant column and RMSNorm pins).
 
@@ -71,15 +75,15 @@ from pathlib import Path
 
 from ortools.sat.python import cp_model
 
-from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Producer, Program
 from torchwright_fx.schedule.bounds import critical_path_layers, earliest_stages
+from torchwright_fx.schedule.columns import MIN_D_MODEL, fitting_width, reserved_columns
 from torchwright_fx.schedule.plan import Plan
 
 TIME_LIMITS: dict[int, float] = {1: 5.0, 2: 20.0, 3: 60.0}  # deterministic seconds per level
 WALL_FACTOR = 3.0  # wall-clock safety cap = WALL_FACTOR * the level's budget
 CACHE_ENV = "TORCHWRIGHT_FX_CACHE"
-CACHE_VERSION = 1  # bump when the model or the objective changes
+CACHE_VERSION = 2  # bump when the model or the objective changes
 DEFAULT_D_HEAD = 16
 
 Expr = cp_model.LinearExprT
@@ -96,11 +100,6 @@ def parity(p: Producer) -> int:
 def d_head_of(prog: Program) -> int:
     return max((len(p.q) for p in prog.producers.values() if isinstance(p, Head)),
                default=DEFAULT_D_HEAD)
-
-
-def reserved_columns(d_model: int) -> int:
-    """Columns no signal may use: the constant 1.0 and the RMSNorm pins."""
-    return 1 + pin_count(d_model)
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ def shape(prog: Program, stage: dict[int, int]) -> Shape:
             heads[layer] += 1
         else:
             lanes.setdefault(layer, set()).update(p.lanes)
-    spans = plan.lifetimes(prog).values()
+    spans = plan.occupancy(prog).values()
     live = max((sum(1 for a, b in spans if a <= t <= b)
                 for t in range(-1, 2 * plan.n_layers + 1)), default=0)
     return Shape(plan.n_layers, max(heads.values(), default=0),
@@ -282,10 +281,11 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
         if is_output:
             end: Expr = end_of_time
         elif reads:
-            last = cp.new_int_var(-1, 2 * m.horizon - 1, f"last_{pid}_{min(reads)}")
+            # the column is freed at the first attention stage at or after the last read
+            cancel = cp.new_int_var(0, m.horizon, f"cancel_{pid}_{min(reads)}")
             for r in reads:
-                cp.add(last >= m.stage(r))
-            end = last + 2
+                cp.add(2 * cancel >= m.stage(r))
+            end = 2 * cancel + 2
         else:
             end = start + 1
         size = cp.new_int_var(1, end_of_time + 1, f"live_{pid}_{len(intervals)}")
@@ -442,16 +442,59 @@ def _fallback(warm: Plan, why: str) -> Plan:
                 proven_bound=warm.proven_bound, solve_seconds=warm.solve_seconds)
 
 
+def _solve(prog: Program, warm: Plan, level: int, budget: float, d_model: int | None,
+           tries: list[int], seed: int, workers: int) -> tuple[Plan | None, str, float, float]:
+    """Solve over the horizons ``tries`` in turn (later ones get what budget is left): the
+    replayed plan or None, why there is none, and the deterministic and wall time spent."""
+    seconds, spent, sol, horizon = 0.0, 0.0, None, 0
+    for horizon in tries:
+        sol = solve_model(build_model(prog, warm, horizon, d_model), budget - spent, seed,
+                          workers)
+        seconds, spent = seconds + sol.seconds, spent + sol.dtime
+        if sol.status != "INFEASIBLE" or spent >= budget:
+            break
+    assert sol is not None
+    sol.seconds = seconds
+    why = {"INFEASIBLE": f"no schedule of at most {horizon} layers keeps the live width "
+                         f"within d_model={d_model}",
+           "UNKNOWN": f"no solution of at most {horizon} layers within the level-{level} "
+                      "time limit"}.get(sol.status, f"solver status {sol.status}")
+    return replay(prog, warm, sol, d_model), why, spent, seconds
+
+
+def _auto_width(prog: Program, warm: Plan, level: int, budget: float, seed: int,
+                workers: int) -> tuple[Plan | None, str]:
+    """No d_model given: layers first, then the width d_model, then heads and lanes. d_model is
+    a power of two, so a narrower layer only pays when the live width crosses one; the solver
+    keeps the live width within the warm plan's d (so it is never wider than the heuristic)
+    and then tries half of it at the same layer count, keeping the cheaper plan (d_model times
+    the per-layer proxy)."""
+    d_warm = fitting_width(shape(prog, warm.stage).live)
+    base = [max(warm.n_layers, critical_path_layers(prog))]
+    plan, why, spent, seconds = _solve(prog, warm, level, budget, d_warm, base, seed, workers)
+    narrower = d_warm // 2
+    if plan is None or narrower < MIN_D_MODEL or spent >= budget:
+        return plan, why
+    slim, _, _, more = _solve(prog, warm, level, budget - spent, narrower, base, seed, workers)
+    d_head = d_head_of(prog)
+    if slim is not None and narrower * shape(prog, slim.stage).proxy(d_head) < \
+            d_warm * shape(prog, plan.stage).proxy(d_head):
+        plan = slim
+    plan.solve_seconds = seconds + more
+    return plan, why
+
+
 def schedule(prog: Program, warm: Plan, level: int, *, d_model: int | None = None,
              seed: int = 0, workers: int = 2,
              cache_dir: str | os.PathLike[str] | None = None) -> Plan:
     """Place every producer (stages only; columns are ``columns.allocate``'s job).
 
     ``level`` (1-3) picks the time budget (``TIME_LIMITS``). ``d_model``, when given, caps the
-    live width. ``cache_dir`` defaults to ``$TORCHWRIGHT_FX_CACHE``; ``""`` turns the cache
-    off. Returns a plan with status ``optimal`` or ``feasible`` (plus a width-forced note when
-    the cap costs layers), or the warm plan with status ``fallback`` and a warning when no
-    solution was found."""
+    live width (more layers are allowed if the cap needs them); when None, the narrowest
+    power-of-two width at the fewest layers is sought (``_auto_width``). ``cache_dir``
+    defaults to ``$TORCHWRIGHT_FX_CACHE``; ``""`` turns the cache off. Returns a plan with
+    status ``optimal`` or ``feasible`` (plus a width-forced note when the cap costs layers), or
+    the warm plan with status ``fallback`` and a warning when no solution was found."""
     if level < 1:
         raise ValueError(f"optimize level {level}: CP-SAT levels are 1-3")
     directory = _cache_path(cache_dir)
@@ -464,21 +507,13 @@ def schedule(prog: Program, warm: Plan, level: int, *, d_model: int | None = Non
         return Plan(stage={}, scheduler="cpsat", status="optimal", proven_bound=1)
 
     budget = TIME_LIMITS.get(level, TIME_LIMITS[max(TIME_LIMITS)])
-    seconds, sol, horizon = 0.0, None, 0
-    for horizon in horizons(prog, warm, d_model):  # later horizons get what budget is left
-        sol = solve_model(build_model(prog, warm, horizon, d_model), budget, seed, workers)
-        seconds, budget = seconds + sol.seconds, budget - sol.dtime
-        if sol.status != "INFEASIBLE" or budget <= 0:
-            break
-    assert sol is not None
-    sol.seconds = seconds
-    plan = replay(prog, warm, sol, d_model)
+    if d_model is None:
+        plan, why = _auto_width(prog, warm, level, budget, seed, workers)
+    else:
+        plan, why, _, _ = _solve(prog, warm, level, budget, d_model,
+                              horizons(prog, warm, d_model), seed, workers)
     if plan is None:
-        why = {"INFEASIBLE": f"no schedule of at most {horizon} layers keeps the live width "
-                             f"within d_model={d_model}",
-               "UNKNOWN": f"no solution of at most {horizon} layers within the level-{level} "
-                          "time limit"}
-        return _fallback(warm, why.get(sol.status, f"solver status {sol.status}"))
+        return _fallback(warm, why)
     if directory:
         cache_store(directory, key, plan)
     return plan

@@ -50,6 +50,12 @@ class Plan:
             last[s] = end
         return {s: (self.signal_stage(prog, s), last[s]) for s in prog.live}
 
+    def occupancy(self, prog: Program) -> dict[int, tuple[int, int]]:
+        """live signal -> the stages its column is taken: from the write to the first
+        attention sublayer at or after its last read, where a cancel head can zero it
+        (``columns.assign``); a column is free again only after that."""
+        return {s: (a, b + b % 2) for s, (a, b) in self.lifetimes(prog).items()}
+
     def check(self, prog: Program) -> None:
         """Raise PlanError unless every invariant holds."""
         for p in prog.producers.values():

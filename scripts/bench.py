@@ -49,6 +49,40 @@ SEED_DOCS_NOTE = (
     "exactly 0.")
 
 
+def _seed_best_layers(cell: str) -> int | None:
+    numbers = [int(t) for t in cell.replace("/", " ").split() if t.isdigit()]
+    return min(numbers) if numbers else None
+
+
+def _seed_bytes(cell: str) -> float | None:
+    units = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+    parts = cell.split()
+    return float(parts[0]) * units[parts[1]] if len(parts) == 2 and parts[1] in units else None
+
+
+def versus_seed(rows: list[dict], level: int) -> str:
+    """One sentence per outcome, computed from the table: where we beat the seed on layers and
+    size at once, where we do not, and where the seed has no figure."""
+    beat, behind, missing = [], [], []
+    for r in rows:
+        seed = SEED.get(r["name"])
+        layers = _seed_best_layers(seed[0]) if seed else None
+        size = _seed_bytes(seed[3]) if seed else None
+        if layers is None or size is None:
+            missing.append(r["name"])
+        elif r[f"opt{level}"]["layers"] < layers and r["bytes"] < size:
+            beat.append(r["name"])
+        else:
+            behind.append(r["name"])
+    lines = [f"Fewer layers and a smaller checkpoint than the seed's best: "
+             f"{', '.join(beat) or 'none'}."]
+    if behind:
+        lines.append(f"Not both: {', '.join(behind)}.")
+    if missing:
+        lines.append(f"No seed figure (its CLI cannot compile them): {', '.join(missing)}.")
+    return " ".join(lines)
+
+
 def _size(directory: Path) -> int:
     """Checkpoint size on disk: every file of the directory (weights, config, tokenizer)."""
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
@@ -124,7 +158,7 @@ def write(rows: list[dict], level: int) -> None:
             f"{100 * o1['zero_fraction']:.1f}% | {o0['seconds']:.2f} / {o1['seconds']:.2f} | "
             f"{o1['status']} | {seed[0]} | {seed[1]} | "
             f"{seed[2]} | {seed[3]} |")
-    ex_md += ["", SEED_DOCS_NOTE]
+    ex_md += ["", SEED_DOCS_NOTE, "", versus_seed(rows, level)]
     (ROOT / "docs" / "benchmarks.md").write_text("\n".join(bench_md) + "\n")
     (ROOT / "docs" / "examples.md").write_text("\n".join(ex_md) + "\n")
 

@@ -82,7 +82,10 @@ def _tokenizer_files(vocab: Vocab, m: Machine, out: Path) -> None:
     (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": m.max_seq_len,
               "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
-              "padding_side": "left", **specials}
+              "padding_side": "left",
+              # the text "<eos>" is five characters, not the special token (the program sees
+              # characters; only the post-processor adds <bos>)
+              "split_special_tokens": True, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     generation = {"bos_token_id": m.bos_id, "eos_token_id": m.eos_id, "pad_token_id": m.eos_id,
                   "do_sample": False, "max_length": m.max_seq_len}

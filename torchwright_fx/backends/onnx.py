@@ -460,6 +460,7 @@ class OnnxRunner:
         self.path = Path(path)
         self.spec = RunnerSpec.load(self.path / RUNNER_FILE)
         self.tokenizer = Tokenizer.from_file(str(self.path / self.spec.tokenizer_file))
+        self.tokenizer.encode_special_tokens = True  # "<eos>" in text is characters, as in HF
         self._prefill = _session(self.path / self.spec.prefill_file)
         self._decode = _session(self.path / self.spec.decode_file)
 

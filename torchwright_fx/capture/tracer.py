@@ -39,17 +39,29 @@ _CONTROL_FLOW_ADVICE = (
 )
 
 
+def _one_argument(fn: Callable[..., Any]) -> Callable[[Any], Any]:
+    def program(x: Any) -> Any:
+        return fn(x)
+
+    return program
+
+
 def capture(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
     """Trace ``fn(x)`` where x is the one-hot token stream ``[seq, len(vocab)]``."""
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.default is inspect.Parameter.empty]
-    if len(params) != 1:
+    signature = inspect.signature(fn).parameters.values()
+    params = [p for p in signature if p.default is inspect.Parameter.empty]
+    if len(params) != 1 or params[0].kind in (inspect.Parameter.VAR_POSITIONAL,
+                                              inspect.Parameter.VAR_KEYWORD):
         raise CompileError(f"{fn.__qualname__} must take exactly one argument (the token "
-                           f"stream), got {len(params)}")
+                           f"stream), got {len(params)} without a default; bind the others "
+                           "with defaults or functools.partial")
+    # Parameters with defaults are constants of the program (k=1, op=torch.relu): trace a
+    # one-argument call, so they keep their default values instead of becoming inputs.
+    root = fn if len(signature) == 1 else _one_argument(fn)
     tracer = TwTracer()
     try:
         with using_vocab(vocab):
-            graph = tracer.trace(fn)
+            graph = tracer.trace(root)
     except torch.fx.proxy.TraceError as e:
         raise CompileError(f"{user_frame_from_traceback(e.__traceback__)}\n  {e}\n  "
                            f"{_CONTROL_FLOW_ADVICE}") from None

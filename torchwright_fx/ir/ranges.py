@@ -16,6 +16,9 @@ class Interval:
     lo: float
     hi: float
     integral: bool = False
+    # > 0: every value is k / n for an integer k and 1 <= n <= max_den (an average of integers
+    # over at most max_den positions: tw.mean). Arithmetic drops it; comparisons use it.
+    max_den: int = 0
 
     def __post_init__(self) -> None:
         if self.lo > self.hi:

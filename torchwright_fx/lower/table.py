@@ -57,6 +57,11 @@ def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
     return ffn.grid_of(x, rng, lambda sid: ctx.prog.signals[sid].range)
 
 
+def value_set(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | ffn.Fractions | None:
+    """Where a step may put its ramp: x's lattice, else the fractions of a mean, else None."""
+    return grid(ctx, x, rng) or ffn.fractions_of(x, lambda sid: ctx.prog.signals[sid].range)
+
+
 class Columns:
     """One FFN bank being filled column by column. A column is either a ``Pwl`` of one value
     (its affine part kept outside the bank) or bank-complete (``whole``: lanes + constants)."""
@@ -410,7 +415,7 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
             plans.append(plan)
             if plan.block is None:
                 base, steps = ffn.rounding_steps(kind, tight.lo, tight.hi)
-                first.pwl(i, c, tight, ffn.staircase(base, steps, g))
+                first.pwl(i, c, tight, ffn.staircase(base, steps, value_set(ctx, c, tight)))
                 ranges.append(_round_range(kind, r))
             else:
                 coarse = ffn.coarse_steps(tight, plan.origin, plan.block)
@@ -528,7 +533,7 @@ def _sign(ctx: LowerCtx, a: Any) -> Stream:
         steps = [s for s in (Step(0.0, False), Step(0.0, True))
                  if ((r.lo <= 0 < r.hi) if s.strict else (r.lo < 0 <= r.hi))]
         base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
-        fs.append(ffn.staircase(base, steps, grid(ctx, c, r)))
+        fs.append(ffn.staircase(base, steps, value_set(ctx, c, r)))
         ranges.append(Interval(base, base + len(steps), True))
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
@@ -548,12 +553,13 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     fs = []
     with user_errors(ctx):
         for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
-            fs.append(_compare_pwl(op, t, grid(ctx, c, r)))
+            fs.append(_compare_pwl(op, t, value_set(ctx, c, r)))
     return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
 
 
-def _compare_pwl(op: str, t: float, g: Grid | None) -> Pwl:
-    """[x > t], [x >= t], [x == t] or [x != t] as a staircase (== needs a grid: exact)."""
+def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:
+    """[x > t], [x >= t], [x == t] or [x != t] as a staircase (== needs a grid or a mean's
+    fractions: exact)."""
     if op in ("gt", "ge"):
         return ffn.staircase(0.0, [Step(t, op == "gt")], g)
     if g is None:

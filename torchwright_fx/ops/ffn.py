@@ -45,7 +45,9 @@ from torchwright_fx.ops.numerics import (
     KNOT_SPACING,
     MAX_KNOTS,
     MAX_LANES,
+    MAX_MEAN_DENOMINATORS,
     MAX_SHARPNESS,
+    MEAN_NOISE,
     MIN_GRID_SPACING,
     RAMP_WIDTH,
     REAL_STAIR_MAGNITUDE,
@@ -144,6 +146,55 @@ def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> G
         if spacing >= MIN_GRID_SPACING and offset is not None:
             return Grid(spacing, offset % spacing)
     return Grid(Fraction(1), Fraction(0)) if rng.integral else None
+
+
+@dataclass(frozen=True)
+class Fractions:
+    """x only takes values ``offset + scale * k / n`` for integers k and 1 <= n <= max_den:
+    an average of integers over at most max_den positions (``tw.mean``), mapped affinely. Not
+    a lattice, but every threshold has a nearest attainable value on each side, and a ramp
+    over the middle half of that gap is exact at every attainable value."""
+
+    scale: Fraction  # nonzero
+    offset: Fraction
+    max_den: int
+    noise: float  # the compiled value's error bound (``MEAN_NOISE`` of its magnitude)
+
+    def _nearest(self, u: Fraction, up: bool, strict: bool) -> Fraction:
+        """The smallest k/n >= u (> if strict) when ``up``, else the largest <= u (<)."""
+        p, q = u.numerator, u.denominator
+        best_k, best_n = 0, 0
+        for n in range(1, self.max_den + 1):
+            whole, rest = divmod(p * n, q)  # u * n = whole + rest / q
+            if up:
+                k = whole + 1 if strict or rest else whole
+            else:
+                k = whole - 1 if strict and not rest else whole
+            if best_n == 0 or (k * best_n < best_k * n if up else k * best_n > best_k * n):
+                best_k, best_n = k, n
+        return Fraction(best_k, best_n)
+
+    def above(self, t: Fraction, strict: bool) -> Fraction:
+        """The smallest attainable x > t (strict) or >= t."""
+        q = self._nearest((t - self.offset) / self.scale, self.scale > 0, strict)
+        return self.offset + self.scale * q
+
+    def below(self, t: Fraction, strict: bool) -> Fraction:
+        """The largest attainable x < t (strict) or <= t."""
+        q = self._nearest((t - self.offset) / self.scale, self.scale < 0, strict)
+        return self.offset + self.scale * q
+
+
+def fractions_of(x: Lin, signal_range: Callable[[int], Interval]) -> Fractions | None:
+    """The fraction set of ``c * m + b`` for one mean signal m (rational c, b), else None."""
+    if len(x.terms) != 1:
+        return None
+    ((sid, coef),) = x.terms.items()
+    rng = signal_range(sid)
+    c, b = rational(coef, GRID_DENOMINATOR), rational(x.const, GRID_DENOMINATOR)
+    if not 0 < rng.max_den <= MAX_MEAN_DENOMINATORS or c is None or b is None or c == 0:
+        return None
+    return Fractions(c, b, rng.max_den, abs(coef) * rng.magnitude * MEAN_NOISE)
 
 
 # -- piecewise-linear functions of one value ----------------------------------------------------
@@ -325,24 +376,35 @@ class Step:
     weight: float = 1.0
 
 
-def step_ramp(s: Step, grid: Grid | None) -> tuple[float, float]:
+def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
     """The ramp (a, b) that realises a step: on a grid, over the middle half of the gap before
-    the first passing lattice point (exact at every lattice point); off-grid, RAMP_WIDTH wide
-    on the false side of the threshold (exact outside it)."""
-    if grid is None:
-        return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
+    the first passing lattice point (exact at every lattice point); on a fraction set, over the
+    middle half of the gap between the attainable values either side of the threshold;
+    off-grid, RAMP_WIDTH wide beside the threshold, on the side away from equality (``x > t``:
+    [t, t + w], ``x >= t``: [t - w, t]), exact outside it and at t itself."""
     t = rational(s.at)
     t = Fraction(s.at) if t is None else t
+    if isinstance(grid, Fractions):
+        lo, hi = grid.below(t, strict=not s.strict), grid.above(t, strict=s.strict)
+        if (hi - lo) * Fraction(INTEGER_RAMP_LO) > grid.noise:
+            return (float(lo + (hi - lo) * Fraction(INTEGER_RAMP_LO)),
+                    float(lo + (hi - lo) * Fraction(INTEGER_RAMP_HI)))
+        grid = None  # the gap is below the noise: a plain real-valued ramp
+    if grid is None:
+        return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
     p = grid.above(t) if s.strict else grid.at_or_above(t)
     sp = grid.spacing
     return float(p - sp + sp * Fraction(INTEGER_RAMP_LO)), float(p - sp + sp * Fraction(
         INTEGER_RAMP_HI))
 
 
-def staircase(base: float, steps: Sequence[Step], grid: Grid | None) -> Pwl:
+def staircase(base: float, steps: Sequence[Step], grid: Grid | Fractions | None) -> Pwl:
     f = Pwl(const=float(base))
-    width = RAMP_WIDTH if grid is None else float(grid.spacing * Fraction(
-        INTEGER_RAMP_HI - INTEGER_RAMP_LO))
+    width: float | None = None  # a fraction set's ramps differ in width: b - a each
+    if grid is None:
+        width = RAMP_WIDTH
+    elif isinstance(grid, Grid):
+        width = float(grid.spacing * Fraction(INTEGER_RAMP_HI - INTEGER_RAMP_LO))
     for s in steps:
         a, b = step_ramp(s, grid)
         f.ramp(a, b, s.weight, width)

@@ -90,3 +90,19 @@ GRID_DENOMINATOR = 2 ** 16
 MIN_GRID_SPACING = Fraction(1, 2 ** 16)
 # SwiGLU hinge sharpness is a power of two (exact scaling) and at most this.
 MAX_SHARPNESS = 2.0 ** 12
+
+# -- averages (tw.mean) -----------------------------------------------------------------------
+# An attention average of values in [lo, hi] carries fp32 error of a few ulps of max(|lo|,|hi|)
+# (measured ~1e-7 relative, docs/numerical_noise.md); allow 2**-20 relative. A comparison of a
+# mean against a threshold places its ramp between the attainable fractions k/n nearest the
+# threshold, and needs a quarter of that gap to exceed this noise.
+MEAN_NOISE = 2.0 ** -20
+# Fractions k/n are searched over every n <= max_den: beyond this many denominators a mean is
+# treated as real-valued (its comparisons use RAMP_WIDTH ramps).
+MAX_MEAN_DENOMINATORS = 8192
+
+# -- claims ----------------------------------------------------------------------------------
+# tw.claim(v, lo, hi, integral=True) snaps the eager value to the nearest integer when it is
+# within this (times max(1, |v|)) of it: far above fp32 rounding of the eager arithmetic
+# (|v| * 2**-23 per op) and far below the 1/4 noise an integer ramp tolerates when compiled.
+CLAIM_INTEGRAL_TOL = 1e-3

@@ -9,17 +9,19 @@ At the newline every digit sits a fixed distance back, except that where ``a`` e
 on ``len(b)``, known only at run time. It is one of 1..n, so the program reads the operands
 under each hypothesis and keeps the one whose ``+`` is where it assumed (``align``). Then one
 layer per place: ``pair + carry`` goes through the table, giving that place's digit and the
-next carry. The answer's width (1..n+1 digits) comes from the size of the sum, a linear
-function of the aligned pairs, so it is known long before the carries finish; one ``emit``
-per width prints the digits, and only the one whose width is right fires.
+next carry. The answer's width (1..n+1 digits) is known one step after the carry into the
+place it depends on (the sum reaches 10**w exactly when some pair at a place >= w, or the
+carry into place w, is non-zero); one ``emit`` per width prints the digits, and only the one
+whose width is right fires.
 """
 
 # report() for the default build (n_digits=3), heuristic scheduler:
-#   adder: 5 layers (critical-path bound 5), d_model=32 (peak live width 28), d_head=8,
-#   11 heads/layer (24 used), 44 lanes/layer, 78,752 parameters, compiled in 0.2-2s
+#   adder: 5 layers (critical-path bound 5), d_model=32 (peak live width 29), d_head=8,
+#   11 heads/layer (24 used), 48 lanes/layer, 80,672 parameters, compiled in under 0.5s
 # (the seed: 18 layers at d=512, 5.6M parameters, and it lost the top digit of sums >= 1000).
-# Depth is n_digits + 2 (align, n carries, print): n_digits=1, 2, 4 give 3, 4, 6 layers.
-# d_head=8 because no head moves more than 8 values (d_head=16: 135,072 parameters).
+# Depth is n_digits + 2 (align, n carries, print): n_digits=1, 2, 4, 6, 8 give 3, 4, 6, 8, 10
+# layers; nothing grows like 10**n, so long operands stay within fp32's exact range.
+# d_head=8 because no head moves more than 8 values.
 
 from __future__ import annotations
 
@@ -101,21 +103,33 @@ def make(n_digits: int = N_DIGITS, **options: Any) -> tw.Compiled:
                 pair = pair + torch.where(plus_in_place, digit_back(L + 2 + j) + b_j, 0)
             pairs.append(tw.claim(pair, 0, 18, integral=True))  # one hypothesis holds
 
-        # ripple: right to left, one place per layer.
+        # ripple: right to left, one place per layer. carries[j] is the carry into place j.
         digits: list[Any] = []
-        carry: Any = 0
-        for pair in pairs:
-            digits.append(tw.lookup(pair + carry, SUM_DIGIT))
-            carry = tw.lookup(pair + carry, CARRY)
-        digits.append(carry)  # the extra place a carry out of the top makes
+        carries: list[Any] = [0]
+        for pair in pairs[:-1]:
+            digits.append(tw.lookup(pair + carries[-1], SUM_DIGIT))
+            carries.append(tw.lookup(pair + carries[-1], CARRY))
+        digits.append(tw.lookup(pairs[-1] + carries[-1], SUM_DIGIT))
+        # The carry out of the top place is the answer's extra digit and, by itself, says the
+        # sum has n+1 digits; its key is moved off the table away from the newline, so it is
+        # 0 there and serves as that width's trigger with no comparison (no extra layer).
+        off_table = len(CARRY) * (1 - newline.float())
+        carries.append(tw.lookup(pairs[-1] + carries[-1] + off_table, CARRY, default=0))
+        digits.append(carries[-1])
         held = tw.latch(torch.cat([tw.token("0") + d for d in digits], dim=-1), newline)
 
-        # print: the answer has w digits when 10**(w-1) <= sum < 10**w (w = 1: sum < 10).
-        # `at_newline` is the sum there and far below 0 elsewhere, so the width tests, and the
-        # triggers built from them, fire at the newline only.
-        total = sum(pair * 10 ** j for j, pair in enumerate(pairs))
-        at_newline = total - 10 ** (n_digits + 1) * (1 - newline.float())
-        reaches = [(at_newline >= (10 ** w if w else 0)).float() for w in range(n_digits + 2)]
+        # print: the answer has w digits when the sum reaches 10**(w-1) but not 10**w. Every
+        # pair is a non-negative integer, so the sum reaches 10**w exactly when a pair at a
+        # place >= w, or the carry into place w, is non-zero: a small count, known as soon as
+        # that carry is (comparing the sum itself would need 10**n-sized values, which fp32
+        # cannot compare exactly for long operands). `off` keeps the tests at the newline.
+        off = (18 * n_digits + 2) * (1 - newline.float())
+        reaches = [newline.float()]  # every sum reaches 10**0 = 1 digit
+        for w in range(1, n_digits):
+            count = sum(pairs[w:], carries[w])
+            reaches.append((count - off >= 1).float())
+        reaches.append(carries[n_digits])  # reaches 10**n: the top carry, 0 off the newline
+        reaches.append(torch.zeros_like(newline))  # the sum stays below 10**(n+1)
         out: Any = 0
         for w in range(1, n_digits + 2):
             # reaches[w-1] - reaches[w] is 0 or 1: the tests are nested.

@@ -9,7 +9,7 @@ import pytest
 from examples import adder
 
 
-@pytest.mark.parametrize("n_digits", [1, 2, 4])
+@pytest.mark.parametrize("n_digits", [1, 2, 4, 6])
 def test_other_operand_lengths(n_digits):
     program = adder.make(n_digits=n_digits)
     top = "9" * n_digits

@@ -151,3 +151,31 @@ def test_library_ops_fix_the_machine():
 
     compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=16).compile()
     assert compiled.build.program.machine == "relu"
+
+
+def test_a_step_beyond_fp32_resolution_names_the_line_and_the_limit():
+    def prog(x):
+        # integers up to ~1.3e8 on a lattice of spacing 1: fp32 cannot resolve 1 at the gate
+        big = tw.code(x) * 10 ** 7 + tw.shift(tw.code(x), 1)
+        return (big >= 10 ** 6).float()  # MARK
+
+    msg = _compile_error(prog)
+    assert _line_of(prog, "MARK") in msg
+    assert "lattice steps" in msg and "compare smaller parts" in msg
+
+
+def test_a_step_just_inside_fp32_resolution_is_exact():
+    def prog(x):
+        big = tw.code(x) * 150_000 + tw.shift(tw.code(x), 1)  # spacing 1, up to ~2e6
+        return (big > 999_999).float()
+
+    program = tw.compile(prog, vocab=VOCAB, max_seq_len=16)
+    ids = VOCAB.encode("0123456789")
+    want = program.traced.run(ids)
+    from test_ops_helpers import read_lin
+
+    from torchwright_fx.backends import runtime
+
+    _, states = runtime.forward(program.machine, ids, capture=True)
+    got = read_lin(program, program.build.program.output, states)
+    assert torch.equal(got.float(), want.float())

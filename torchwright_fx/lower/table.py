@@ -411,6 +411,7 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
                 continue
             ffn.need_finite(r, f"{kind}")
             tight = g.shrink(r) if g is not None else r
+            ffn.check_resolution(tight, g, kind)
             plan = ffn.plan_rounding(kind, tight, g)
             plans.append(plan)
             if plan.block is None:
@@ -533,7 +534,10 @@ def _sign(ctx: LowerCtx, a: Any) -> Stream:
         steps = [s for s in (Step(0.0, False), Step(0.0, True))
                  if ((r.lo <= 0 < r.hi) if s.strict else (r.lo < 0 <= r.hi))]
         base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
-        fs.append(ffn.staircase(base, steps, value_set(ctx, c, r)))
+        values = value_set(ctx, c, r)
+        with user_errors(ctx):
+            ffn.check_resolution(r, values, "sign", COMPARE_ADVICE)
+        fs.append(ffn.staircase(base, steps, values))
         ranges.append(Interval(base, base + len(steps), True))
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
@@ -553,8 +557,16 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     fs = []
     with user_errors(ctx):
         for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
-            fs.append(_compare_pwl(op, t, value_set(ctx, c, r)))
+            values = value_set(ctx, c, r)
+            fs.append(_compare_pwl(op, t, values))
+            ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
+            ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)
     return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
+
+
+COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "
+                  "digit by digit, a count instead of a weighted total), or narrow the range "
+                  "with torch.clamp or tw.claim")
 
 
 def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:

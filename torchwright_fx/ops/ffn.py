@@ -37,6 +37,7 @@ from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.ops.numerics import (
     EXACT_HALF_INTEGERS,
+    EXACT_LATTICE_STEPS,
     GATE_GAP,
     GRID_DENOMINATOR,
     HINGE_MAX_ERROR,
@@ -470,20 +471,35 @@ def rounding_steps(kind: str, lo: float, hi: float) -> tuple[int, list[Step]]:
     return base, steps
 
 
-def check_staircase(f: Pwl, rng: Interval, grid: Grid | None, what: str) -> None:
+def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
+                     advice: str = "narrow the range with torch.clamp or tw.claim") -> None:
+    """Raise when x's magnitude is too large for fp32 to resolve its lattice at a step's gate
+    (``EXACT_LATTICE_STEPS``)."""
+    if not isinstance(grid, Grid) or not rng.finite:
+        return
+    steps = rng.magnitude / float(grid.spacing)
+    if steps > EXACT_LATTICE_STEPS:
+        raise RangeError(f"{what} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing "
+                         f"{grid.spacing}) needs fp32 to resolve {steps:.3g} lattice steps, "
+                         f"over the {EXACT_LATTICE_STEPS:.3g} it can; {advice}")
+
+
+def check_staircase(f: Pwl, rng: Interval, grid: Grid | Fractions | None, what: str,
+                    advice: str = "narrow the range, or declare the input integer-valued with "
+                                  "tw.claim(v, lo, hi, integral=True)") -> None:
     """Raise unless ``f`` fits the lane cap and fp32's exact (grid) or quiet (off-grid) range."""
     lanes = lane_count(f, rng)
     if lanes > MAX_LANES:
         raise RangeError(f"{what} over [{rng.lo}, {rng.hi}] needs {lanes} lanes "
                          f"(limit {MAX_LANES}); narrow the range with tw.claim(v, lo, hi)")
     mag = magnitude(f, rng)
-    limit = EXACT_HALF_INTEGERS if grid is not None else REAL_STAIR_MAGNITUDE
+    exact = isinstance(grid, Grid)
+    limit = EXACT_HALF_INTEGERS if exact else REAL_STAIR_MAGNITUDE
     if mag > limit:
-        kind = "partial sums" if grid is not None else "fp32 noise"
+        kind = "partial sums" if exact else "fp32 noise"
         raise RangeError(
             f"{what} over [{rng.lo}, {rng.hi}] is too wide: its {kind} would leave fp32's "
-            f"exact range (lane magnitude {mag:.3g} > {limit:.3g}); narrow the range, or "
-            "declare the input integer-valued with tw.claim(v, lo, hi, integral=True)")
+            f"exact range (lane magnitude {mag:.3g} > {limit:.3g}); {advice}")
 
 
 @dataclass(frozen=True)
@@ -566,6 +582,7 @@ def lookup(bank: Bank, out: int, x: Lin, rng: Interval, table: dict[int, float],
     lo, hi = math.ceil(rng.lo), math.floor(rng.hi)
     if hi - lo > 4096:
         raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
+    check_resolution(rng, Grid(Fraction(1), Fraction(0)), "lookup")
     emit_into_bank(bank, out, x, rng, lookup_pwl(lo, hi, table, default), )
 
 

@@ -106,3 +106,11 @@ MAX_MEAN_DENOMINATORS = 8192
 # within this (times max(1, |v|)) of it: far above fp32 rounding of the eager arithmetic
 # (|v| * 2**-23 per op) and far below the 1/4 noise an integer ramp tolerates when compiled.
 CLAIM_INTEGRAL_TOL = 1e-3
+
+# -- resolution of steps on a lattice ---------------------------------------------------------
+# A step on a lattice of spacing h is exact while |x| stays below this many spacings: the
+# gate S*s*(x - k) (s = 2/h, knots a quarter spacing off the lattice) is then a multiple of
+# S/2 with magnitude below 2**24 of them, fp32's exact integers, and the partial sums of its
+# terms keep a factor 2 of headroom. Beyond it fp32 cannot tell neighbouring lattice points
+# apart at the gate, and the compiler refuses the step (adder: compare a count, not 10**n).
+EXACT_LATTICE_STEPS = 2 ** 21

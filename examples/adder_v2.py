@@ -8,6 +8,8 @@ Where ``adder`` ripples a carry through one layer per place, this version reads 
 as a number (a linear function of its digits: free), adds them (free), and takes the digits
 of the sum with ``floor`` staircases in a single layer, so its depth does not grow with the
 operand length (until a staircase gets long enough to need two stages: n_digits >= 4).
+Operands of up to 5 digits: beyond that the sum's digits, floor(sum / 10**k), are lattices of
+more points than fp32 staircases resolve (the compiler refuses them); ``adder`` has no limit.
 """
 
 # report() for the default build (n_digits=3), heuristic scheduler:
@@ -28,7 +30,14 @@ from examples.adder import DEMOS, EDGE_CASES, N_DIGITS, VOCAB, inputs, oracle, s
 __all__ = ["DEMOS", "EDGE_CASES", "VOCAB", "inputs", "make", "oracle", "program", "sample"]
 
 
+MAX_DIGITS = 5  # the sum, one number, must stay within what fp32 staircases resolve
+
+
 def make(n_digits: int = N_DIGITS, **options: Any) -> tw.Compiled:
+    if not 1 <= n_digits <= MAX_DIGITS:
+        raise ValueError(f"adder_v2 takes 1..{MAX_DIGITS} digits per operand (its sum is one "
+                         f"fp32 number, cut into digits by floor staircases); got {n_digits}: "
+                         "use examples.adder, which works digit by digit, for longer operands")
     options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
     top = 2 * 10 ** n_digits - 2  # the largest sum
 

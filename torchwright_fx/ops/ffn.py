@@ -131,10 +131,19 @@ class Grid:
                         rng.integral)
 
 
+def _resolvable(spacing: Fraction, rng: Interval) -> bool:
+    if spacing <= 0:
+        return False
+    if spacing >= MIN_GRID_SPACING:
+        return True
+    return rng.finite and rng.magnitude <= EXACT_LATTICE_STEPS * spacing
+
+
 def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> Grid | None:
     """The lattice that ``x`` lives on, from its integer-valued signals and rational
     coefficients; ``Z`` if only its declared range says integral; None for a real value
-    (also when the lattice would be finer than MIN_GRID_SPACING: arbitrary table values)."""
+    (also when the lattice is finer than MIN_GRID_SPACING and too fine for fp32 to resolve
+    over x's range: arbitrary float coefficients)."""
     spacing = Fraction(0)
     for sid, coef in x.terms.items():
         c = rational(coef, GRID_DENOMINATOR)
@@ -144,7 +153,7 @@ def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> G
         spacing = frac_gcd(spacing, abs(c))
     else:
         offset = rational(x.const, GRID_DENOMINATOR)
-        if spacing >= MIN_GRID_SPACING and offset is not None:
+        if offset is not None and _resolvable(spacing, rng):
             return Grid(spacing, offset % spacing)
     return Grid(Fraction(1), Fraction(0)) if rng.integral else None
 
@@ -526,7 +535,15 @@ def plan_rounding(kind: str, rng: Interval, grid: Grid | None) -> StairPlan:
         if cost is not None and (best is None or cost < best[0]):
             best = (cost, block)
     if best is None:
-        check_staircase(single, rng, grid, kind)  # raises with the single-stage numbers
+        try:
+            check_staircase(single, rng, grid, kind)
+        except RangeError:
+            raise RangeError(
+                f"{kind} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing {grid.spacing}): "
+                f"neither one staircase of {len(steps)} steps nor two stages fit the "
+                f"{MAX_LANES}-lane cap and fp32's exact range; narrow the range, or split the "
+                "value into smaller parts (digits of a number: take them from its parts)"
+            ) from None
         return StairPlan(None)
     block = best[1]
     return StairPlan(block, origin, len(coarse_steps(rng, origin, block)))

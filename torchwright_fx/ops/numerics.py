@@ -84,9 +84,12 @@ TABLE_SEGMENTS = 256
 PIECEWISE_TOL = 1e-3
 RECIPROCAL_REL_TOL = 1e-3
 MAX_KNOTS = 2048
-# Grids: coefficients count as rational up to this denominator, and a lattice finer than
-# MIN_GRID_SPACING is treated as real-valued (its ramps would be too steep to be useful).
-GRID_DENOMINATOR = 2 ** 16
+# Grids: coefficients count as rational up to this denominator (1e-5 = 1/100000 must count:
+# floor(v / 10**5) of an integer v is a lattice of spacing 1e-5). A lattice finer than
+# MIN_GRID_SPACING is still used when its value range spans at most EXACT_LATTICE_STEPS of
+# it (fp32 resolves it; see below); otherwise it is treated as real-valued (an arbitrary
+# float is "rational" with a huge denominator, and its lattice is far too fine to resolve).
+GRID_DENOMINATOR = 2 ** 24
 MIN_GRID_SPACING = Fraction(1, 2 ** 16)
 # SwiGLU hinge sharpness is a power of two (exact scaling) and at most this.
 MAX_SHARPNESS = 2.0 ** 12

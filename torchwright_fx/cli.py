@@ -15,15 +15,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
-from torchwright_fx.api import Compiled
+from torchwright_fx.api import Compiled, InputError
+from torchwright_fx.capture.errors import CompileError
 
 
 def load_program(spec: str, options: dict[str, Any]) -> Compiled:
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: a module beside the user
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise SystemExit(f"torchwright-fx: cannot import {module_name!r} ({e}); run from the "
+                         "directory that holds it, or add that directory to PYTHONPATH") from None
     if options and hasattr(module, "make") and not attr:
         return module.make(**options)  # type: ignore[no-any-return]
     obj = getattr(module, attr or "program")
@@ -64,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("prompt")
             p.add_argument("--reference", action="store_true", help="eager semantics, no weights")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (InputError, CompileError) as e:  # the user's mistake: one message, no traceback
+        print(f"torchwright-fx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     program = load_program(args.program, _options(args))
 
     if args.command == "compile":

@@ -406,7 +406,9 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
     valid = _valid_with_fallback(ctx, where, 1, 0.5)
     # An average of integers is not one, but a fraction k/n with n <= max_seq_len positions.
     n = ctx.geom.max_seq_len
-    ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0) for r in v.ranges]
+    group = hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
+    ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group)
+              for r in v.ranges]
     cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges)
 

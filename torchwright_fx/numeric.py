@@ -53,9 +53,30 @@ def _sympy_of(fn: Any, var: sympy.Symbol | None) -> tuple[sympy.Expr, sympy.Symb
 
 
 def _numeric(expr: sympy.Expr, var: sympy.Symbol) -> Callable[[np.ndarray], np.ndarray]:
+    """``expr`` as a float64 numpy function; poles give inf/nan quietly (sqrt'' at 0)."""
     f = sympy.lambdify(var, expr, modules="numpy")
-    return lambda x: np.asarray(f(np.asarray(x, dtype=np.float64)), dtype=np.float64) \
-        * np.ones_like(x, dtype=np.float64)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y = np.asarray(f(np.asarray(x, dtype=np.float64)), dtype=np.float64)
+        return y * np.ones_like(x, dtype=np.float64)
+
+    return call
+
+
+def _unimodal_max(g: Callable[[np.ndarray], np.ndarray], a: float, b: float) -> float:
+    """max of a unimodal g >= 0 on [a, b] (golden-section search to float precision)."""
+    ratio = (math.sqrt(5) - 1) / 2
+    lo, hi = a, b
+    for _ in range(200):
+        m1, m2 = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if g(np.array([m1]))[0] < g(np.array([m2]))[0]:
+            lo = m1
+        else:
+            hi = m2
+        if hi - lo <= 1e-15 * max(1.0, abs(a), abs(b)):
+            break
+    return float(np.max(g(np.array([a, lo, (lo + hi) / 2, hi, b]))))
 
 
 def _values(fn: Any, xs: Sequence[float], var: sympy.Symbol | None) -> list[float]:
@@ -231,7 +252,9 @@ def expression_kinks(expr: sympy.Expr, var: sympy.Symbol, lo: float, hi: float,
 def interpolation_error(expr: sympy.Expr, breakpoints: Sequence[float],
                         var: sympy.Symbol | None = None) -> float:
     """A bound on |interpolant - expr| between the first and last breakpoint: h**2/8 * max|f''|
-    on smooth segments (f'' sampled), a dense sample where a kink falls inside a segment."""
+    on smooth segments (f'' sampled); where f'' is unbounded but keeps its sign (sqrt at 0),
+    the error is unimodal and its maximum is found exactly; a dense sample where a kink falls
+    inside a segment."""
     sym = _sympy_of(expr, var)
     assert sym is not None
     e, s = sym
@@ -246,8 +269,19 @@ def interpolation_error(expr: sympy.Expr, breakpoints: Sequence[float],
         if any(a < k < b for k in kinks):
             worst = max(worst, sampled)
             continue
-        curvature = float(np.max(np.abs(f2(pts))))
-        worst = max(worst, sampled, (b - a) ** 2 / 8 * curvature)
+        curvature = f2(pts)
+        if np.all(np.isfinite(curvature)):
+            worst = max(worst, sampled, (b - a) ** 2 / 8 * float(np.max(np.abs(curvature))))
+            continue
+        inner = curvature[1:-1]
+        if np.all(np.isfinite(inner)) and (np.all(inner >= 0) or np.all(inner <= 0)):
+            def gap(t: np.ndarray, a: float = a, fa: float = fa, fb: float = fb,
+                    b: float = b) -> np.ndarray:
+                return np.abs(fa + (fb - fa) * (t - a) / (b - a) - f(t))
+
+            worst = max(worst, sampled, _unimodal_max(gap, a, b))
+        else:
+            worst = math.inf
     return worst
 
 

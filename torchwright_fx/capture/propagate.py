@@ -24,7 +24,8 @@ class _Recorder(torch.fx.Interpreter):
         except CompileError:
             raise
         except Exception as e:
-            raise node_error(n, f"fails on an example input: {type(e).__name__}: {e}") from None
+            raise node_error(n, f"fails on an example input: {type(e).__name__}: {e}",
+                             _advice(str(e))) from None
         if isinstance(value, torch.Tensor) and value.dim() >= 1:
             if value.dim() > 2:
                 raise node_error(n, f"produces a {value.dim()}-D tensor {tuple(value.shape)}",
@@ -35,6 +36,16 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
 
+def _advice(error: str) -> str:
+    """What to do about the torch errors users meet most."""
+    if ("bitwise_" in error or "logical" in error) and "Float" in error:
+        return ("streams are float 0/1 (tw.is_token, comparisons' .float()): write "
+                "`a.bool() & b.bool()` (also | ^ ~), or a * b for and")
+    if "condition" in error and "bool" in error:
+        return "torch.where needs a bool condition: pass `cond.bool()` (or `cond > 0.5`)"
+    return ""
+
+
 def example_ids(vocab: Vocab) -> list[int]:
     """<bos> then every token once: exercises every row of every per-token table."""
     return [vocab.bos_id, *range(len(vocab))]
@@ -43,5 +54,7 @@ def example_ids(vocab: Vocab) -> list[int]:
 def propagate(gm: torch.fx.GraphModule, vocab: Vocab) -> torch.fx.GraphModule:
     x = vocab.one_hot(example_ids(vocab))
     with using_vocab(vocab), checks_disabled(), torch.no_grad():
-        _Recorder(gm).run(x)
+        recorder = _Recorder(gm)
+        recorder.extra_traceback = False  # errors name the user's line; fx's graph dump would not
+        recorder.run(x)
     return gm

@@ -19,6 +19,9 @@ class Interval:
     # > 0: every value is k / n for an integer k and 1 <= n <= max_den (an average of integers
     # over at most max_den positions: tw.mean). Arithmetic drops it; comparisons use it.
     max_den: int = 0
+    # Means over the same positions (the same `where`) share a denominator at every position:
+    # integer combinations of them are again k/n. 0: no group.
+    den_group: int = 0
 
     def __post_init__(self) -> None:
         if self.lo > self.hi:

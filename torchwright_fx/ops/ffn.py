@@ -196,15 +196,24 @@ class Fractions:
 
 
 def fractions_of(x: Lin, signal_range: Callable[[int], Interval]) -> Fractions | None:
-    """The fraction set of ``c * m + b`` for one mean signal m (rational c, b), else None."""
-    if len(x.terms) != 1:
+    """The fraction set of ``sum c_i * m_i + b`` for means m_i over the same positions (one
+    denominator n at every position) with rational c_i and b, else None: the values are
+    ``b + g * k / n`` with g the gcd of the c_i."""
+    if not x.terms:
         return None
-    ((sid, coef),) = x.terms.items()
-    rng = signal_range(sid)
-    c, b = rational(coef, GRID_DENOMINATOR), rational(x.const, GRID_DENOMINATOR)
-    if not 0 < rng.max_den <= MAX_MEAN_DENOMINATORS or c is None or b is None or c == 0:
+    ranges = [signal_range(sid) for sid in x.terms]
+    coefs = [rational(c, GRID_DENOMINATOR) for c in x.terms.values()]
+    b = rational(x.const, GRID_DENOMINATOR)
+    if b is None or any(c is None or c == 0 for c in coefs) or \
+            len({(r.max_den, r.den_group) for r in ranges}) != 1 or \
+            not 0 < ranges[0].max_den <= MAX_MEAN_DENOMINATORS:
         return None
-    return Fractions(c, b, rng.max_den, abs(coef) * rng.magnitude * MEAN_NOISE)
+    g = Fraction(0)
+    for c in coefs:
+        assert c is not None
+        g = frac_gcd(g, abs(c))
+    noise = sum(abs(c) * r.magnitude for c, r in zip(x.terms.values(), ranges, strict=True))
+    return Fractions(g, b, ranges[0].max_den, noise * MEAN_NOISE)
 
 
 # -- piecewise-linear functions of one value ----------------------------------------------------

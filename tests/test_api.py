@@ -58,7 +58,9 @@ def test_compile_is_lazy_and_report_has_the_figures(capsys):
 
     compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=32)
     assert compiled._build is None
-    text = compiled.report()
+    compiled.report()
+    text = capsys.readouterr().out
+    assert text.strip() == compiled.summary()
     stats = compiled.stats()
     for key in ("layers", "critical_path_layers", "d_model", "peak_live_width", "heads_per_layer",
                 "lanes_per_layer", "parameters", "compile_seconds"):

@@ -19,6 +19,10 @@ from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.vocab import Vocab
 
+# The reference's output at each position must be a whole token code; beyond this from one,
+# the compiled model's choice (the nearest logit peak) and a rounding would be arbitrary.
+CODE_TOLERANCE = 1e-3
+
 
 class InputError(ValueError):
     """A prompt the compiled program cannot take (too long, empty)."""
@@ -106,9 +110,10 @@ class Compiled:
         while len(seq) < self.options.max_seq_len:
             code = float(self.traced.run(seq)[-1])
             nxt = round(code)
-            if not 0 <= nxt < len(self.vocab):
+            if not 0 <= nxt < len(self.vocab) or abs(code - nxt) > CODE_TOLERANCE:
                 raise ValueError(f"the program output {code} at position {len(seq) - 1}, "
-                                 f"which is not a token code (0..{len(self.vocab) - 1})")
+                                 f"which is not a token code (0..{len(self.vocab) - 1}): "
+                                 "return whole token codes (tw.token, tw.emit, tw.lookup)")
             if nxt == self.vocab.eos_id:
                 break
             seq.append(nxt)
@@ -184,9 +189,13 @@ class Compiled:
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
         }
 
-    def report(self) -> str:
+    def report(self) -> None:
+        """Print ``summary()``: layers, the two lower bounds, d, heads, lanes, parameters."""
+        print(self.summary())
+
+    def summary(self) -> str:
         s = self.stats()
-        text = (
+        return (
             f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
             f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
             f"d_head={s['d_head']}, "
@@ -195,8 +204,6 @@ class Compiled:
             f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
             f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
         )
-        print(text)
-        return text
 
     def model_card(self) -> str:
         s = self.stats()

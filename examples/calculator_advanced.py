@@ -178,7 +178,10 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         neg_digits = [swapped[k] + carry2[k] - 10 * carry2[k + 1] for k in range(n)]
 
         # The lengths of |A - B| come from the operands (a linear map of the digits).
-        diff = _calc.number(a["-"]) - _calc.number(b["-"])
+        # |A - B| < 10**n; the claim keeps the range that tight (the digit streams' own ranges
+        # would allow more), so the width tests stay within fp32's exact range up to n = 6.
+        top = 10 ** n - 1
+        diff = tw.claim(_calc.number(a["-"]) - _calc.number(b["-"]), -top, top, integral=True)
         sub_lead = [is_sub] + [((diff >= 10 ** k).float() + (-diff >= 10 ** k).float())
                                for k in range(1, n)]
         lead = [1 - is_sub] + lead[1:]

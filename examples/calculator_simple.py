@@ -80,7 +80,10 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
             above = sum(cols[j] for j in range(k, m))
             lead.append(((10 * above + cols[k - 1] + carry[k - 1] - gate * is_sub) >= 10).float())
         # For -, |A - B| is a linear map of the digits: its lengths are known from the start.
-        diff = _calc.number(a["-"]) - _calc.number(b["-"])
+        # |A - B| < 10**n; the claim keeps the range that tight (the digit streams' own ranges
+        # would allow more), so the width tests stay within fp32's exact range up to n = 6.
+        top = 10 ** n - 1
+        diff = tw.claim(_calc.number(a["-"]) - _calc.number(b["-"]), -top, top, integral=True)
         sub_lead = [is_sub] + [((diff >= 10 ** k).float() + (-diff >= 10 ** k).float())
                                for k in range(1, n)]
         lengths: dict[tuple[int, bool], torch.Tensor] = {}

@@ -38,3 +38,16 @@ def test_depth_is_the_fold_plus_three_and_beats_the_seed():
 def test_rejects_operands_too_long_for_exact_fp32():
     with pytest.raises(ValueError, match="1 to 6 digits"):
         ex.make(n=7)
+
+
+def test_six_digit_operands_on_a_sample():
+    """n = 6 is the longest build: |A - B| < 10**6 is claimed so that its width tests stay
+    within fp32's exact range (the compiler refuses them otherwise)."""
+    import random
+
+    from examples import _calc
+
+    program = ex.make(n=6)
+    rng = random.Random(6)
+    prompts = _calc.edge_cases(6) + [ex.sample(rng, 6) for _ in range(30)]
+    assert [p for p in prompts if program.generate(p) != ex.oracle(p)] == []

@@ -46,3 +46,27 @@ def hf_generate(model, tokenizer, prompt: str, use_cache: bool = True) -> str:
         out = model.generate(**enc, do_sample=False, use_cache=use_cache,
                              max_length=model.config.max_position_embeddings)
     return tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+@pytest.fixture
+def one_thread():
+    """The new-user programs are tiny (d_model 16-64): one thread runs them several times
+    faster than two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def check_program(program, oracle, prompts) -> list[str]:
+    """reference == generate == oracle on every prompt; returns the prompts (deduplicated)."""
+    prompts = list(dict.fromkeys(prompts))
+    wrong = []
+    for p in prompts:
+        want = oracle(p)
+        ref, got = program.reference(p), program.generate(p)
+        if not ref == got == want:
+            wrong.append((p, ref, got, want))
+    assert not wrong, f"{len(wrong)}/{len(prompts)} wrong (prompt, reference, generate, " \
+                      f"oracle): {wrong[:5]}"
+    return prompts

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 import torch
-from conftest import hf_generate, load_hf
+from conftest import check_program, hf_generate, load_hf
 
 import torchwright_fx as tw
 
@@ -25,26 +25,14 @@ DIGITS = "0123456789"
 LOWER, UPPER = string.ascii_lowercase, string.ascii_uppercase
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # These models are tiny (d_model 16): one thread runs them several times faster than two.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
 
 
 def _check(program: tw.Compiled, oracle: Callable[[str], str], prompts: Iterable[str],
            hf: bool = False, tmp_path=None) -> None:
-    prompts = list(dict.fromkeys(prompts))
-    wrong = []
-    for p in prompts:
-        want = oracle(p)
-        ref, got = program.reference(p), program.generate(p)
-        if not ref == got == want:
-            wrong.append((p, ref, got, want))
-    assert not wrong, f"{len(wrong)}/{len(prompts)} wrong (prompt, reference, generate, " \
-                      f"oracle): {wrong[:5]}"
+    prompts = check_program(program, oracle, prompts)
     if hf:
         model, tokenizer = load_hf(program.save_pretrained(tmp_path / "hf"))
         sample = prompts if len(prompts) <= 25 else random.Random(0).sample(prompts, 25)

@@ -24,13 +24,13 @@ import random
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 import sympy
 import torch
 import torch.nn.functional as F
+from conftest import check_program as _check
 
 import torchwright_fx as tw
 
@@ -40,25 +40,9 @@ MACHINES = ["swiglu", "relu"]
 CLI = str(Path(sys.executable).with_name("torchwright-fx"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # The models are tiny (d_model 16-32): one thread runs them several times faster than two.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
-
-
-def _check(program: tw.Compiled, oracle: Callable[[str], str], prompts: Iterable[str]) -> None:
-    prompts = list(dict.fromkeys(prompts))
-    wrong = []
-    for p in prompts:
-        want = oracle(p)
-        ref, got = program.reference(p), program.generate(p)
-        if not ref == got == want:
-            wrong.append((p, ref, got, want))
-    assert not wrong, f"{len(wrong)}/{len(prompts)} wrong (prompt, reference, generate, " \
-                      f"oracle): {wrong[:5]}"
 
 
 def _words(alphabet: str, max_len: int, n: int, seed: int) -> list[str]:

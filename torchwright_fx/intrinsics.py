@@ -335,19 +335,16 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
 def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torch.Tensor:
     """Declare that every value of ``v`` lies in [lo, hi] (and is an integer if ``integral``);
     checked here, trusted by the compiler to size its constructions."""
-    if not _CHECKS_ON.get():
-        return v.round() if integral else v
-    if v.numel() and (v.min() < lo or v.max() > hi):
-        raise AssertionError(f"tw.claim violated: values in [{float(v.min())}, "
-                             f"{float(v.max())}] outside [{lo}, {hi}]")
-    if integral:  # snap the eager fp32 noise (7/23 * 23 = 6.9999995) onto the integers
-        snapped = v.round()
-        off = (v - snapped).abs() / v.abs().clamp(min=1.0)
-        if off.numel() and float(off.max()) > CLAIM_INTEGRAL_TOL:
+    snapped = v.round() if integral else v  # eager fp32 noise (7/23 * 23 = 6.9999995)
+    if _CHECKS_ON.get() and v.numel():
+        if v.min() < lo or v.max() > hi:
+            raise AssertionError(f"tw.claim violated: values in [{float(v.min())}, "
+                                 f"{float(v.max())}] outside [{lo}, {hi}]")
+        off = float(((v - snapped).abs() / v.abs().clamp(min=1.0)).max())
+        if off > CLAIM_INTEGRAL_TOL:
             raise AssertionError("tw.claim violated: non-integer values in an integral claim "
-                                 f"(off by up to {float(off.max()):.3g})")
-        return snapped
-    return v
+                                 f"(off by up to {off:.3g})")
+    return snapped
 
 
 

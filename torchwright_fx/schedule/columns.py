@@ -39,15 +39,9 @@ def fitting_width(live: int) -> int:
     return d
 
 
-def _cancel_stage(last_read: int, n_layers: int) -> int | None:
-    """The first attention sublayer at or after the last read (it reads before it writes)."""
-    stage = last_read if last_read % 2 == 0 else last_read + 1
-    return stage if stage < 2 * n_layers else None
-
-
 def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dict[int, int]]:
     """Columns for every live signal, and the cancel stage of each recycled signal."""
-    spans = plan.lifetimes(prog)
+    spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
     first = reserved_columns(d_model)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)
@@ -65,8 +59,8 @@ def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dic
             cancels[previous] = cancel
         columns[sid] = col
         holder[col] = sid
-        stage = _cancel_stage(spans[sid][1], plan.n_layers)
-        if stage is not None:
+        stage = spans[sid][1]
+        if stage < 2 * plan.n_layers:  # else never freed: nothing is written after it
             heapq.heappush(released, (stage, col, sid))
     return columns, cancels
 

@@ -113,7 +113,12 @@ def make(**options: Any) -> tw.Compiled:
             begun = (twice_m >= 2 * start_h[r]).float()
             ended = (twice_m >= 2 * (start_h[r] + len_h[r])).float()
             value = lo_h[r] + twice_m / 2 - start_h[r]
-            out = out + torch.relu(value + (zero - eos) - 60 * (is_digit + 1 - begun + ended))
+            # twice_m is even while item r prints, so the printed value is whole; elsewhere the
+            # relu is 0. The compiler sees only half-integers: the claim says it (and is
+            # checked in the reference run).
+            out = out + tw.claim(torch.relu(value + (zero - eos) - 60 * (is_digit + 1 - begun
+                                                                          + ended)),
+                                 0, len(VOCAB) - 1, integral=True)
         return out
 
     return tw.compile(range_printer, vocab=VOCAB, **options).with_domain(inputs, oracle)

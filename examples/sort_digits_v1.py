@@ -87,12 +87,12 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         position = (max_len + 2) - sum(b[:, 0:1] for b in back)  # = i for i <= max_len + 1
         printed = sum(j * b[:, 1:2] for j, b in enumerate(back, 1))  # k = steps since newline
 
-        # At the newline, position = n + 1: the counts, held for the steps that follow.
-        counts = tw.latch(fraction * position, newline)
-        # [C_v <= k]. The counts are whole numbers to within ~1e-6 (fp32 averaging), so the
-        # test sits half-way between integers. (Compiler note: tw.mean's outputs are currently
-        # typed as integer-valued when its inputs are; comparing a raw mean against a
-        # fraction miscompiles; this test is right under either typing.)
+        # At the newline, position = n + 1: the counts, held for the steps that follow. A mean
+        # times its count is a whole number, which the compiler cannot see from the facts of
+        # the two factors: the claim says so (checked, and snapped, in the reference run).
+        counts = tw.claim(tw.latch(fraction * position, newline), 0, max_len + 1,
+                          integral=True)
+        # [C_v <= k], exact on whole numbers (the fp32 averaging noise, ~1e-6, is counted).
         done = (counts - printed <= 0.5).float()
         eos, zero = tw.token("<eos>"), tw.token("0")
         # The next digit is the number of v with C_v <= k (v < 9); when C_9 <= k too, <eos>.

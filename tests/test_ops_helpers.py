@@ -67,7 +67,8 @@ def _inputs(x: torch.Tensor, vocab: tw.Vocab, probe: Probe) -> list[torch.Tensor
 def compile_probes(probes: Sequence[Probe], machine: MachineKind
                    ) -> tuple[tw.Compiled, list[str]]:
     """One program evaluating every probe; returns it with each probe's fx node name. The
-    output is the sum of the probes' values, which keeps them all alive."""
+    output is the sum of the probes' values, which keeps them all alive (a value, not a token
+    code: output="value"). Real-valued steps are among the ops measured: exact=False."""
     n = len(probes[0].inputs[0])
     vocab = vocab_of(n)
     names: list[str] = []
@@ -83,7 +84,8 @@ def compile_probes(probes: Sequence[Probe], machine: MachineKind
         assert total is not None
         return total
 
-    compiled = tw.compile(probe_program, vocab=vocab, max_seq_len=n + 2, machine=machine)
+    compiled = tw.compile(probe_program, vocab=vocab, max_seq_len=n + 2, machine=machine,
+                          output="value", exact=False)
     return compiled.compile(), list(names)
 
 

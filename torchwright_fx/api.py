@@ -14,6 +14,7 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.backends import hf, runtime
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.pipeline import Build, Options
@@ -22,6 +23,9 @@ from torchwright_fx.vocab import Vocab
 # The reference's output at each position must be a whole token code; beyond this from one,
 # the compiled model's choice (the nearest logit peak) and a rounding would be arbitrary.
 CODE_TOLERANCE = 1e-3
+BOS_OUTPUT = ("the program output <bos> at position {position}; <bos> only starts a sequence "
+              "(the compiled model counts positions from it), so generating it is outside every "
+              "program's domain: print another token")
 
 
 class InputError(ValueError):
@@ -116,6 +120,8 @@ class Compiled:
                                  "return whole token codes (tw.token, tw.emit, tw.lookup)")
             if nxt == self.vocab.eos_id:
                 break
+            if nxt == self.vocab.bos_id:
+                raise ValueError(BOS_OUTPUT.format(position=len(seq) - 1))
             seq.append(nxt)
             new.append(nxt)
         return new
@@ -144,6 +150,10 @@ class Compiled:
         return runtime.forward(self.machine, ids)[0]
 
     def generate_ids(self, ids: Sequence[int]) -> list[int]:
+        if self.options.output != "code":
+            raise CompileError(f"{self.fn.__name__} was compiled with output={self.options.output!r}:"
+                               " its output is not certified as token codes, so it does not "
+                               "generate; compile with output='code'")
         return runtime.generate(self.machine, ids)
 
     def generate(self, text: str, allow_unknown: bool = False) -> str:
@@ -187,6 +197,8 @@ class Compiled:
             "proven_bound": b.plan.proven_bound, "solve_seconds": b.plan.solve_seconds,
             "compile_seconds": self.compile_seconds,
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
+            "output_margin": m.meta.get("output_margin"),
+            "approximations": list(b.program.approximations),
         }
 
     def report(self) -> None:
@@ -203,6 +215,7 @@ class Compiled:
             f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
             f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
             f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
+            + _certificate(s)
         )
 
     def model_card(self) -> str:
@@ -212,6 +225,16 @@ class Compiled:
                 f"- layers: {s['layers']}\n- hidden size: {s['d_model']}\n"
                 f"- heads: {s['heads_per_layer']} x {s['d_head']}\n"
                 f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
+
+
+def _certificate(s: dict[str, Any]) -> str:
+    if s["output_margin"] is None or s["output_margin"] <= 0:
+        head = ", output not certified (output='value')"
+    else:
+        steps = "every step exact" if not s["approximations"] else \
+            f"{len(s['approximations'])} approximate steps (exact=False)"
+        head = f", certified: {steps}, output logit margin {s['output_margin']:.3g}"
+    return head + "".join(f"\n  approximate: {a}" for a in s["approximations"])
 
 
 def _vocab_for(fn: Callable[..., Any], vocab: Vocab | None) -> Vocab:
@@ -226,11 +249,16 @@ def _vocab_for(fn: Callable[..., Any], vocab: Vocab | None) -> Vocab:
 
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             d_model: int | None = None, d_head: int = 16, max_seq_len: int = 512,
-            optimize: int = 0, machine: MachineKind | None = None) -> Any:
+            optimize: int = 0, machine: MachineKind | None = None, exact: bool = True,
+            output: str = "code") -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
-    first use (generate, save_pretrained, report) or on ``.compile()``."""
-    opts = Options(d_model, d_head, max_seq_len, optimize, machine)
+    first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts
+    steps on values without a lattice as 0.1-wide ramps (each listed by ``report()``) instead
+    of refusing them. ``output="value"`` lets the program return any number, for reading
+    values from the hidden states (``runtime.forward(..., capture=True)``); such a build does
+    not generate."""
+    opts = Options(d_model, d_head, max_seq_len, optimize, machine, exact, output)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

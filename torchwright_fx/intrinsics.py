@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TypeVar, cast
 
 import torch
@@ -23,7 +25,8 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import attention, ffn
+from torchwright_fx.lower.table import pwl_stream
+from torchwright_fx.ops import attention, ffn, numerics
 from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_TOL
 from torchwright_fx.vocab import Vocab
 
@@ -155,14 +158,15 @@ def _tokens(spec: str | Sequence[str]) -> list[str]:
 def _lower_is_token(ctx: LowerCtx, x: Stream, tokens: str | Sequence[str]) -> Stream:
     ids = {ctx.vocab[t] for t in _tokens(tokens)}
     col = sum((x.cols[i] for i in ids), Lin())
-    return Stream([col], [BOOL], True)
+    return Stream([col], [BOOL])  # a float 0/1 stream, as the eager result
 
 
 @intrinsic(_lower_is_token)
 def is_token(x: torch.Tensor, tokens: str | Sequence[str]) -> torch.Tensor:
     """1.0 where the token is ``tokens`` (one token, or any of several), else 0.0: ``[seq, 1]``."""
     vocab = current_vocab()
-    return sum((x[:, vocab[t]] for t in _tokens(tokens)), torch.zeros(x.shape[0]))[:, None]
+    ids = sorted({vocab[t] for t in _tokens(tokens)})  # a token listed twice still counts once
+    return sum((x[:, i] for i in ids), torch.zeros(x.shape[0]))[:, None]
 
 
 def token(name: str) -> float:
@@ -197,13 +201,15 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
     if v.width != 1:
         raise ctx.error(f"lookup keys must be one column, got width {v.width}")
     entries = {int(k): _table_value(val) for k, val in table.items()}
-    bank = ctx.bank(1)
+    key = v.ranges[0]
     try:
-        ffn.lookup(bank, 0, v.cols[0], v.ranges[0], entries, fallback)
+        f = ffn.lookup_function(key, entries, fallback)
     except ffn.RangeError as e:
-        raise ctx.error(str(e), "declare the key's range with tw.claim(v, lo, hi)") from None
-    rng = _hull([fallback, *entries.values()])
-    return Stream(ctx.finish(bank, [rng]), [rng])
+        raise ctx.error(str(e), "declare the key's range with tw.claim(v, lo, hi, "
+                                "integral=True)") from None
+    lo, hi = math.ceil(key.lo), math.floor(key.hi)
+    reached = [entries.get(k, fallback) for k in range(lo, hi + 1)] or [fallback]
+    return pwl_stream(ctx, [v.cols[0]], [key], [f], [_hull(reached)])
 
 
 def _input_node(ctx: LowerCtx) -> torch.fx.Node:
@@ -211,7 +217,7 @@ def _input_node(ctx: LowerCtx) -> torch.fx.Node:
 
 
 def _hull(values: Sequence[float]) -> Interval:
-    return Interval(min(values), max(values), all(float(v).is_integer() for v in values))
+    return Interval.of_values(list(values))
 
 
 @intrinsic(_lower_lookup)
@@ -256,11 +262,26 @@ def shift(v: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _lower_latch(ctx: LowerCtx, v: Stream, when: Stream) -> Stream:
+    return _latch(ctx, v, when, _bos_value(ctx, 1, "when"))
+
+
+def _bos_value(ctx: LowerCtx, arg_index: int, kwarg: str) -> float:
+    """An argument's value at <bos>, known at compile time (a constant argument: itself)."""
+    row = ctx.bos_row(arg_index, kwarg)
+    if row is not None:
+        return float(row.reshape(-1)[0])
+    arg = ctx.node.args[arg_index] if arg_index < len(ctx.node.args) else \
+        ctx.node.kwargs.get(kwarg)
+    if isinstance(arg, (int, float, bool)):
+        return float(arg)
+    raise ctx.error(f"the value of `{kwarg}` at <bos> is unknown")
+
+
+def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream:
     if when.width != 1 or not when.ranges[0].is_bool:
         raise ctx.error("latch's `when` must be a 0/1 stream of width 1",
                         "build it from tw.is_token, comparisons, & | ~")
-    bos_when = ctx.bos_row(1, "when")
-    when_at_bos = float(bos_when.reshape(-1)[0]) if bos_when is not None else 0.0
+    _need_gate(ctx, when.ranges[0], "the latch condition")
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
     try:
@@ -288,6 +309,7 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
                 default: str | float = "<eos>") -> Stream:
     if trigger.width != 1 or not trigger.ranges[0].is_bool:
         raise ctx.error("emit's trigger must be a 0/1 stream of width 1")
+    _need_gate(ctx, trigger.ranges[0], "emit's trigger")
     fallback = _table_value(default)
     items = [to_stream(_table_value(s) if isinstance(s, str) else s, 1) for s in seq]
     flags = [trigger.cols[0]]
@@ -302,7 +324,15 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
         off = 1.0 - flags[k] + sum(flags[:k], Lin())
         ffn.gated(bank, 0, item.cols[0] - fallback, item.ranges[0].shift(-fallback), off)
         rng = rng.hull(item.ranges[0])
+    rng = rng.with_noise(sum(item.ranges[0].noise for item in items))  # one item, gated exactly
     return Stream(ctx.finish(bank, [rng]), [rng])
+
+
+def _need_gate(ctx: LowerCtx, r: Interval, what: str) -> None:
+    """A 0/1 value that steers a gate or an attention head must be (nearly) exact."""
+    if r.noise > numerics.GATE_NOISE:
+        raise ctx.error(f"{what} may be off 0/1 by {r.noise:.3g} in the compiled model",
+                        "make it an exact 0/1 value with a comparison (v > 0.5)")
 
 
 @intrinsic(_lower_emit)
@@ -327,8 +357,15 @@ def emit(trigger: torch.Tensor, seq: Sequence[Any], default: str | float = "<eos
 
 # -- declarations ------------------------------------------------------------------------------
 def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool = False) -> Stream:
-    rng = Interval(float(lo), float(hi), integral)
-    return Stream(v.cols, [rng] * v.width, v.is_bool)
+    """The declared range (tightened by what is known); integral=True declares the lattice Z
+    unless a coarser lattice inside Z is known. Noise is a fact of the compiled value, not of
+    the exact one: the claim keeps it."""
+    out = []
+    for r in v.ranges:
+        lat = r.lattice if (r.integral or not integral) else (Fraction(1), Fraction(0))
+        out.append(Interval.of(max(float(lo), r.lo) if r.lo <= hi else float(lo),
+                               min(float(hi), r.hi) if r.hi >= lo else float(hi), lat, r.noise))
+    return Stream(v.cols, out, v.is_bool or all(r.is_bool for r in out))
 
 
 @intrinsic(_lower_claim)
@@ -362,8 +399,15 @@ def _position_lin(ctx: LowerCtx) -> Lin:
         raise ctx.error(str(e), "lower max_seq_len") from None
 
 
+def _position_range(ctx: LowerCtx) -> Interval:
+    from torchwright_fx.ops.position import noise
+
+    return Interval(0, ctx.geom.max_seq_len - 1, True, noise=noise(ctx.prog.machine,
+                                                                    ctx.geom.max_seq_len))
+
+
 def _lower_position(ctx: LowerCtx, x: Stream) -> Stream:
-    return Stream([_position_lin(ctx)], [Interval(0, ctx.geom.max_seq_len - 1, True)])
+    return Stream([_position_lin(ctx)], [_position_range(ctx)])
 
 
 @intrinsic(_lower_position)
@@ -374,9 +418,9 @@ def position(x: torch.Tensor) -> torch.Tensor:
 
 def _lower_steps_since(ctx: LowerCtx, marker: Stream) -> Stream:
     pos = _position_lin(ctx)
-    rng = Interval(0, ctx.geom.max_seq_len - 1, True)
-    held = _lower_latch(ctx, Stream([pos], [rng]), marker)
-    return Stream([pos - held.cols[0]], [rng])
+    rng = _position_range(ctx)
+    held = _latch(ctx, Stream([pos], [rng]), marker, _bos_value(ctx, 0, "marker"))
+    return Stream([pos - held.cols[0]], [rng.with_noise(2 * rng.noise)])
 
 
 @intrinsic(_lower_steps_since)
@@ -394,6 +438,7 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
         return Lin.constant(1.0)
     if where.width != 1 or not where.ranges[0].is_bool:
         raise ctx.error("`where` must be a 0/1 stream of width 1")
+    _need_gate(ctx, where.ranges[0], "`where`")
     bos_where = ctx.bos_row(arg_index, "where")
     at_bos = float(bos_where.reshape(-1)[0]) if bos_where is not None else 0.0
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
@@ -404,8 +449,8 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
     # An average of integers is not one, but a fraction k/n with n <= max_seq_len positions.
     n = ctx.geom.max_seq_len
     group = hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
-    ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group)
-              for r in v.ranges]
+    ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
+                       noise=r.noise + numerics.MEAN_NOISE * r.magnitude) for r in v.ranges]
     cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges)
 
@@ -430,6 +475,10 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
     rng = score.ranges[0]
     n = ctx.geom.max_seq_len
     margin = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN
+    if rng.noise > 1 / (8 * n):  # gain * noise stays within a sixteenth of the headroom
+        raise ctx.error(f"argmax/argmin's score may be off by {rng.noise:.3g} in the compiled "
+                        f"model, more than the 1/(8 max_seq_len) = {1 / (8 * n):.3g} its "
+                        "attention margin allows", "round the score first (torch.round)")
     tie = margin  # per position step: the most recent tied position wins
     gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
     spread = gain * (rng.hi - rng.lo) + tie * (n - 1)
@@ -482,6 +531,11 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
         raise ctx.error("gather's position must be an integer-valued stream of width 1")
     from torchwright_fx.ops.position import POSITION_TOLERANCE
 
+    budget = POSITION_TOLERANCE - _position_range(ctx).noise
+    if at.ranges[0].noise > budget:
+        raise ctx.error(f"gather's position may be off by {at.ranges[0].noise:.3g} in the "
+                        f"compiled model, over the {budget:.3g} its attention margin allows",
+                        "round it first (torch.round)")
     pos = _position_lin(ctx)
     square = _square_of_position(ctx, pos)
     # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone = 2*gain*t_i*p_j - gain*p_j^2.

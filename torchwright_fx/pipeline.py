@@ -14,6 +14,7 @@ from typing import Any
 
 import torch.fx
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit.emitter import emit
@@ -35,6 +36,18 @@ class Options:
     max_seq_len: int = 512
     optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
     machine: MachineKind | None = None  # None: from the op library used, else swiglu
+    exact: bool = True  # False: accept steps without a lattice as ramps (listed in report())
+    # "code": the output is certified to be a whole token code, decoded with a certified logit
+    # margin. "value": any number, for reading values from hidden states; no generation.
+    output: str = "code"
+
+    def __post_init__(self) -> None:
+        choices = {"machine": (None, "swiglu", "relu"), "optimize": (0, 1, 2, 3),
+                   "output": ("code", "value"), "exact": (True, False)}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
+                                   f"{', '.join(repr(a) for a in allowed)}")
 
 
 @dataclass
@@ -53,7 +66,7 @@ def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
 
 def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
     geom = Geometry(opts.d_head, opts.max_seq_len)
-    prog = lower(gm, vocab, geom, opts.machine)
+    prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
     return eliminate_dead(fold_embedding(prog))
 
 

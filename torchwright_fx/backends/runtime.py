@@ -83,6 +83,9 @@ def generate(m: Machine, ids: Sequence[int], max_new_tokens: int | None = None) 
         nxt = int(torch.argmax(logits[-1]))
         if nxt == m.eos_id:
             break
+        if nxt == m.bos_id:
+            raise ValueError(f"the model generated <bos> at position {len(seq) - 1}; <bos> only "
+                             "starts a sequence, so this input is outside the program's domain")
         seq.append(nxt)
         new.append(nxt)
     return new

@@ -10,9 +10,9 @@ from torchwright_fx.emit.machine import LayerWeights, Machine
 from torchwright_fx.emit.rmsnorm import Pins, choose_pins
 from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ops import attention
+from torchwright_fx.ops import attention, decode
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.ops.numerics import DECODE_GAIN, RMS_EPS
+from torchwright_fx.ops.numerics import RMS_EPS
 from torchwright_fx.schedule.plan import Plan, layer_members
 
 
@@ -131,11 +131,9 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
     final = gain.clone()
     final[plan.pin_cols] = 0.0
 
-    # logit_t = G * (t * c - t^2 / 2): maximal at the token whose id is nearest the code c.
-    out = w.row(prog.output)
-    ids = torch.arange(vocab, dtype=torch.float64)
-    lm_head = DECODE_GAIN * ids[:, None] * out[None, :]
-    lm_head[:, plan.const_col] -= DECODE_GAIN * ids ** 2 / 2
+    # logit_t = G * (t * c - t^2 / 2) up to a shift: largest at the token nearest the code c.
+    lm_head = decode.lm_head(prog, w.row(prog.output), plan.const_col)
+    margin = decode.margin(prog, prog.output, prog.output_range)  # > 0: certified at lowering
 
     return Machine(
         act="silu" if prog.machine == "swiglu" else "relu",
@@ -147,5 +145,6 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
         meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
               "layer_heads": [len(h) + len(c) for (h, _), c in zip(members, cancels, strict=True)],
               "layer_lanes": [_lane_count(f) for _, f in members],
-              "cancel_heads": sum(len(c) for c in cancels)},
+              "cancel_heads": sum(len(c) for c in cancels),
+              "output_margin": margin},
     )

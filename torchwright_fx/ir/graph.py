@@ -85,6 +85,8 @@ class Program:
     embed_tables: dict[int, tuple[float, ...]] = field(default_factory=dict)  # signal -> row/token
     producers: dict[int, Producer] = field(default_factory=dict)
     output: Lin = field(default_factory=Lin)
+    output_range: Interval = field(default_factory=lambda: Interval.point(0.0))  # its facts
+    approximations: list[str] = field(default_factory=list)  # accepted with exact=False
     views: dict[str, list[Lin]] = field(default_factory=dict)  # fx node name -> its columns
     sources: dict[str, str] = field(default_factory=dict)  # fx node name -> user source line
     live: set[int] = field(default_factory=set)  # signals something reads (set by passes.dce)

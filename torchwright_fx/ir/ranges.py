@@ -1,14 +1,89 @@
-"""Value intervals per column, with an integrality flag.
+"""The facts of one column: value interval, lattice, fractions and noise.
 
-Ranges feed three decisions: where a comparison may put its ramp (an integer-valued input
-allows the ramp to sit between integers, so it is exact), how large a gating offset must be,
-and the RMSNorm energy certificate (DESIGN §5).
+Facts feed every exactness decision: where a step may put its ramp (between the points of the
+value's lattice, where it is exact), how large a gating offset must be, the RMSNorm energy
+certificate (DESIGN §5), and the proof that the output is a whole token code.
+
+- ``lo``/``hi``: every exact value lies in [lo, hi].
+- ``step``/``offset``: every exact value is ``offset + n * step`` for an integer n (``step`` 0:
+  the single value ``offset``; None: no lattice is known, a real value). ``integral`` is true
+  when that lattice lies in the integers. Passing ``integral=True`` without a step declares Z.
+- ``max_den``/``den_group``: every exact value is k / n with 1 <= n <= max_den (a mean of
+  integers, ``tw.mean``); means over the same positions share ``den_group``.
+- ``noise``: a bound on |compiled value - exact value| (fp32 averaging, the position decoder,
+  approximate tables). Linear maps scale it, moves (attention copies) keep it, exact steps
+  absorb it when it is below their margin (and refuse otherwise).
+
+Every rule derives the facts of its output from those of its inputs (``lower/table.py``,
+``intrinsics.py``, ``numeric.py``); the rules here are the arithmetic they share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+
+from torchwright_fx.ops.numerics import GRID_DENOMINATOR
+
+
+def rational(c: float, max_denominator: int = 10 ** 6) -> Fraction | None:
+    """``c`` as a small rational if it is one up to float rounding (0.1 -> 1/10), else None."""
+    if not math.isfinite(c):
+        return None
+    f = Fraction(c).limit_denominator(max_denominator)
+    return f if abs(float(f) - c) <= 1e-9 * max(1.0, abs(c)) else None
+
+
+def frac_gcd(a: Fraction, b: Fraction) -> Fraction:
+    """The largest g with a and b both integer multiples of g (gcd(0, b) = |b|)."""
+    a, b = abs(Fraction(a)), abs(Fraction(b))
+    den = a.denominator * b.denominator // math.gcd(a.denominator, b.denominator)
+    return Fraction(math.gcd(int(a * den), int(b * den)), den)
+
+
+Lattice = tuple[Fraction, Fraction]  # (step >= 0, offset); step 0 is a single point
+
+
+def _norm(lat: Lattice) -> Lattice:
+    step, off = lat
+    return (step, off % step) if step > 0 else (step, off)
+
+
+def join(a: Lattice | None, b: Lattice | None) -> Lattice | None:
+    """The finest lattice holding both (a union of values: where, min/max, clamp)."""
+    if a is None or b is None:
+        return None
+    return _norm((frac_gcd(frac_gcd(a[0], b[0]), a[1] - b[1]), a[1]))
+
+
+def lattice_sum(a: Lattice | None, b: Lattice | None) -> Lattice | None:
+    if a is None or b is None:
+        return None
+    return _norm((frac_gcd(a[0], b[0]), a[1] + b[1]))
+
+
+def lattice_scale(a: Lattice | None, k: float) -> Lattice | None:
+    if a is None:
+        return None
+    if k == 0:
+        return (Fraction(0), Fraction(0))
+    q = rational(k, GRID_DENOMINATOR)
+    return None if q is None else _norm((a[0] * abs(q), a[1] * q))
+
+
+def lattice_product(a: Lattice | None, b: Lattice | None) -> Lattice | None:
+    """(o1 + n s1)(o2 + m s2) = o1 o2 + n s1 o2 + m s2 o1 + n m s1 s2."""
+    if a is None or b is None:
+        return None
+    (s1, o1), (s2, o2) = a, b
+    return _norm((frac_gcd(frac_gcd(s1 * o2, s2 * o1), s1 * s2), o1 * o2))
+
+
+def point_lattice(v: float) -> Lattice | None:
+    q = rational(v, GRID_DENOMINATOR)
+    return None if q is None else (Fraction(0), q)
 
 
 @dataclass(frozen=True)
@@ -16,20 +91,50 @@ class Interval:
     lo: float
     hi: float
     integral: bool = False
-    # > 0: every value is k / n for an integer k and 1 <= n <= max_den (an average of integers
-    # over at most max_den positions: tw.mean). Arithmetic drops it; comparisons use it.
     max_den: int = 0
-    # Means over the same positions (the same `where`) share a denominator at every position:
-    # integer combinations of them are again k/n. 0: no group.
     den_group: int = 0
+    step: Fraction | None = None
+    offset: Fraction = Fraction(0)
+    noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.lo > self.hi:
             raise ValueError(f"empty interval [{self.lo}, {self.hi}]")
+        step, off = self.step, Fraction(self.offset)
+        if step is None and self.integral:
+            step, off = Fraction(1), Fraction(0)
+        if step is None and self.lo == self.hi:
+            point = point_lattice(self.lo)
+            if point is not None:
+                step, off = point
+        if step is not None:
+            step, off = _norm((Fraction(step), off))
+        integral = step is not None and step.denominator == 1 and off.denominator == 1
+        object.__setattr__(self, "step", step)
+        object.__setattr__(self, "offset", off)
+        object.__setattr__(self, "integral", integral)
 
     @staticmethod
     def point(v: float) -> Interval:
-        return Interval(float(v), float(v), float(v).is_integer())
+        return Interval(float(v), float(v))
+
+    @staticmethod
+    def of(lo: float, hi: float, lattice: Lattice | None, noise: float = 0.0) -> Interval:
+        step, off = lattice if lattice is not None else (None, Fraction(0))
+        return Interval(lo, hi, step=step, offset=off, noise=noise)
+
+    @staticmethod
+    def of_values(values: list[float] | tuple[float, ...]) -> Interval:
+        """The facts of a finite set of stored fp32 values (a table's entries): their exact
+        lattice (binary fractions; a fine one is later treated as real-valued)."""
+        lat: Lattice | None = (Fraction(0), Fraction(float(values[0])))
+        for v in values[1:]:
+            lat = join(lat, (Fraction(0), Fraction(float(v))))
+        return Interval.of(min(values), max(values), lat)
+
+    @property
+    def lattice(self) -> Lattice | None:
+        return None if self.step is None else (self.step, self.offset)
 
     @property
     def finite(self) -> bool:
@@ -43,33 +148,71 @@ class Interval:
     def is_bool(self) -> bool:
         return self.integral and self.lo >= 0 and self.hi <= 1
 
+    def with_noise(self, noise: float) -> Interval:
+        return dataclasses.replace(self, noise=noise)
+
+    def exact(self) -> Interval:
+        """The same facts without noise (after a step that absorbed it)."""
+        return Interval(self.lo, self.hi, max_den=self.max_den, den_group=self.den_group,
+                        step=self.step, offset=self.offset)
+
     def __add__(self, o: Interval) -> Interval:
-        return Interval(self.lo + o.lo, self.hi + o.hi, self.integral and o.integral)
+        return Interval.of(self.lo + o.lo, self.hi + o.hi, lattice_sum(self.lattice, o.lattice),
+                           self.noise + o.noise)
 
     def __neg__(self) -> Interval:
-        return Interval(-self.hi, -self.lo, self.integral)
+        return self.scale(-1.0)
 
     def __sub__(self, o: Interval) -> Interval:
         return self + (-o)
 
     def scale(self, k: float) -> Interval:
         a, b = self.lo * k, self.hi * k
-        integral = self.integral and float(k).is_integer()
-        return Interval(min(a, b), max(a, b), integral or (a == b == 0))
+        if k == 0:
+            return Interval.point(0.0)
+        return Interval.of(min(a, b), max(a, b), lattice_scale(self.lattice, k),
+                           self.noise * abs(k))
 
     def shift(self, c: float) -> Interval:
-        return Interval(self.lo + c, self.hi + c, self.integral and float(c).is_integer())
+        return Interval.of(self.lo + c, self.hi + c,
+                           lattice_sum(self.lattice, point_lattice(c)), self.noise)
 
     def __mul__(self, o: Interval) -> Interval:
         products = [self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi]
         products = [0.0 if math.isnan(p) else p for p in products]
-        return Interval(min(products), max(products), self.integral and o.integral)
+        noise = self.magnitude * o.noise + o.magnitude * self.noise + self.noise * o.noise
+        return Interval.of(min(products), max(products),
+                           lattice_product(self.lattice, o.lattice), noise)
 
     def hull(self, o: Interval) -> Interval:
-        return Interval(min(self.lo, o.lo), max(self.hi, o.hi), self.integral and o.integral)
+        return Interval.of(min(self.lo, o.lo), max(self.hi, o.hi),
+                           join(self.lattice, o.lattice), max(self.noise, o.noise))
 
     def clamp(self, lo: float, hi: float) -> Interval:
-        return Interval(min(max(self.lo, lo), hi), max(min(self.hi, hi), lo), self.integral)
+        """clamp(x, lo, hi): x's lattice, joined with each bound that can be reached."""
+        lat = self.lattice
+        if self.lo < lo:
+            lat = join(lat, point_lattice(lo))
+        if self.hi > hi:
+            lat = join(lat, point_lattice(hi))
+        return Interval.of(min(max(self.lo, lo), hi), max(min(self.hi, hi), lo), lat,
+                           self.noise)
+
+    def absolute(self) -> Interval:
+        """|x|: +-(o + n s) lies on the lattice of step gcd(s, 2o) through o."""
+        lo = 0.0 if self.lo <= 0 <= self.hi else min(abs(self.lo), abs(self.hi))
+        lat = self.lattice
+        if lat is not None and self.lo < 0 < self.hi:
+            lat = join(lat, lattice_scale(lat, -1.0))
+        elif lat is not None and self.hi <= 0:
+            lat = lattice_scale(lat, -1.0)
+        return Interval.of(lo, self.magnitude, lat, self.noise)
+
+    def extremum(self, o: Interval, sign: float) -> Interval:
+        """max (sign 1) or min (sign -1) of two values: one of them, so the joined lattice."""
+        pick = max if sign > 0 else min
+        return Interval.of(pick(self.lo, o.lo), pick(self.hi, o.hi), join(self.lattice, o.lattice),
+                           max(self.noise, o.noise))
 
 
 BOOL = Interval(0.0, 1.0, True)

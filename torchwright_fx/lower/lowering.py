@@ -13,7 +13,9 @@ from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.ir.ranges import BOOL
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.output import certify_output, decodable
 from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import decode, ffn
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.vocab import Vocab
 
@@ -75,17 +77,24 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
-          machine: MachineKind | None = None) -> Program:
+          machine: MachineKind | None = None, exact: bool = True,
+          code_output: bool = True) -> Program:
+    """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
+    accept them as ramps and list each in ``Program.approximations`` with the user's line."""
     prog = Program(vocab, choose_machine(gm, machine))
     env: dict[torch.fx.Node, Any] = {}
     with using_vocab(vocab):
         for node in gm.graph.nodes:
-            env[node] = _lower_node(gm, prog, geom, vocab, node, env)
+            log: list[str] | None = None if exact else []
+            with ffn.recording_approximations(log):
+                env[node] = _lower_node(gm, prog, geom, vocab, node, env, code_output)
+            prog.approximations += [f"{node_source(node)}: {what}" for what in log or []]
     return prog
 
 
 def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: Vocab,
-                node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+                node: torch.fx.Node, env: dict[torch.fx.Node, Any], code_output: bool = True
+                ) -> Any:
     if node.op == "placeholder":
         cols = [prog.embed(tuple(float(i == t) for i in range(len(vocab))), BOOL,
                            f"x[{vocab.tokens[t]!r}]", "<token stream>") for t in range(len(vocab))]
@@ -96,11 +105,29 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
         for part in str(node.target).split("."):
             value = getattr(value, part)
     elif node.op == "output":
-        value = env[node.args[0]]  # type: ignore[index]
+        result = node.args[0]
+        value = env[result] if isinstance(result, torch.fx.Node) else result
         if not isinstance(value, Stream) or value.width != 1:
             raise node_error(node, "the program must return one code stream of width 1",
                              "return tw.emit(trigger, [...]) or a [seq, 1] stream of token codes")
-        prog.output = value.cols[0]
+        src = node_source(result) if isinstance(result, torch.fx.Node) else ""
+        prog.output, prog.output_range = value.cols[0], value.ranges[0]
+        if not code_output:
+            return value
+        try:
+            certify_output(prog)
+        except CompileError as e:
+            raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
+        if isinstance(result, torch.fx.Node):
+            value = decodable(LowerCtx(prog, geom, vocab, result), value)
+            prog.output, prog.output_range = value.cols[0], value.ranges[0]
+        if decode.margin(prog, prog.output, prog.output_range) <= 0:
+            lo, hi = decode.reachable_codes(prog)
+            raise CompileError(
+                f"{src}\n  the output codes span {lo}..{hi} of a {len(vocab)}-token vocabulary "
+                f"and fp32 cannot certify the choice between neighbouring tokens (the code may "
+                f"be off by {prog.output_range.noise:.3g}); reduce the noise reaching the "
+                "output (round it with torch.round first) or use a smaller vocabulary")
         return value
     else:
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+from fractions import Fraction
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, Interval
+from torchwright_fx.ir.ranges import BOOL, Interval, lattice_product, lattice_scale, lattice_sum
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn, numerics
@@ -64,12 +65,17 @@ def value_set(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | ffn.Fractions | No
 
 class Columns:
     """One FFN bank being filled column by column. A column is either a ``Pwl`` of one value
-    (its affine part kept outside the bank) or bank-complete (``whole``: lanes + constants)."""
+    (its affine part kept outside the bank) or bank-complete (``whole``: lanes + constants).
+
+    Noise: for a pwl column the rule's range carries only the function's own error (a table's
+    interpolation error; 0 for exact ops), and ``finish`` adds what the emission costs: the
+    input's noise through f's steepest reachable segment and the SwiGLU corners."""
 
     def __init__(self, ctx: LowerCtx, width: int):
         self.ctx, self.bank = ctx, ctx.bank(width)
         self.affine = [Lin() for _ in range(width)]
         self.lanes: list[Interval | None] = [Interval.point(0.0)] * width
+        self.noise = [0.0] * width
 
     def pwl(self, i: int, x: Lin, rng: Interval, f: Pwl) -> None:
         e = ffn.emit(self.bank, i, x, rng, f)
@@ -77,21 +83,31 @@ class Columns:
         lanes = self.lanes[i]
         assert lanes is not None, "a column is either pwl or whole"
         self.lanes[i] = lanes + e.lanes
+        signal_range = self.ctx.prog.signals.__getitem__
+        exact = ffn.exact_lanes(f, x, rng, lambda sid: signal_range(sid).range)
+        self.noise[i] += ffn.pwl_noise(f, rng, value_set(self.ctx, x, rng), self.ctx.prog.machine,
+                                       exact)
 
     def whole(self, i: int) -> None:
         self.lanes[i] = None
 
     def finish(self, ranges: Sequence[Interval], is_bool: bool = False) -> Stream:
-        signal_ranges = []
-        for lanes, rng, affine in zip(self.lanes, ranges, self.affine, strict=True):
+        signal_ranges, column_ranges = [], []
+        for i, (lanes, rng, affine) in enumerate(zip(self.lanes, ranges, self.affine,
+                                                     strict=True)):
             if lanes is None:
                 signal_ranges.append(rng)
-            else:  # integer-valued output minus an integer constant: integer-valued lanes
-                whole = rng.integral and affine.is_const and float(affine.const).is_integer()
-                signal_ranges.append(Interval(lanes.lo, lanes.hi, whole))
+                column_ranges.append(rng)
+                continue
+            rng = rng.with_noise(rng.noise + self.noise[i])
+            # The signal holds f(x) minus the affine part: on the difference of the lattices.
+            aff = ffn.lin_lattice(affine, lambda sid: self.ctx.prog.signals[sid].range)
+            lat = lattice_sum(rng.lattice, lattice_scale(aff, -1.0))
+            signal_ranges.append(Interval.of(lanes.lo, lanes.hi, lat, rng.noise))
+            column_ranges.append(rng)
         cols = self.ctx.finish(self.bank, signal_ranges)
         cols = [c + a for c, a in zip(cols, self.affine, strict=True)]
-        return Stream(cols, list(ranges), is_bool)
+        return Stream(cols, column_ranges, is_bool)
 
 
 def pwl_stream(ctx: LowerCtx, xs: Sequence[Lin], rngs: Sequence[Interval], fs: Sequence[Pwl],
@@ -279,27 +295,44 @@ def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
 
 
 def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> Stream:
-    """Elementwise x * y of two streams (SwiGLU: exact, 2 lanes; ReLU: a 0/1 gate, else the
-    quarter-square tables over the declared ranges)."""
+    """Elementwise x * y of two streams (SwiGLU: one saturated lane on small lattices, exact;
+    else 2 lanes, within fp32 rounding; ReLU: a 0/1 gate, else the quarter-square tables over
+    the declared ranges)."""
     cols = Columns(ctx, x.width)
+    shifted: set[int] = set()
     with user_errors(ctx):
         for i in range(x.width):
             a, ra, b, rb = x.cols[i], x.ranges[i], y.cols[i], y.ranges[i]
+            shift = ffn.saturating_shift(ra, rb) if ctx.prog.machine == "swiglu" else None
+            if shift is not None and not (ra.is_bool or rb.is_bool):
+                # SiLU(a + M) = a + M exactly once a + M >= SATURATION: one lane gives
+                # (a + M) * b exactly on integers, and -M * b rides in the affine part.
+                cols.bank.lane(i, a + shift, b)
+                cols.affine[i] = cols.affine[i] + b * (-shift)
+                cols.lanes[i] = ra.shift(shift) * rb
+                shifted.add(i)
+                continue
             if ctx.prog.machine == "swiglu" or ra.is_bool or rb.is_bool:
                 ffn.product(cols.bank, i, a, ra, b, rb)
                 cols.whole(i)
                 continue
             grids = (grid(ctx, a, ra), grid(ctx, b, rb))
-            for part_x, part_r, f in ffn.quarter_square_tables(a, ra, b, rb, step, grids):
+            for part_x, part_r, f, err in ffn.quarter_square_tables(a, ra, b, rb, step, grids):
                 cols.pwl(i, part_x, part_r, f)
-    ranges = [_square_range(r) if p == q else r * s
-              for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True)]
+                cols.noise[i] += err
+    ranges = []
+    for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True):
+        out = _square_range(r) if p == q else r * s
+        if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):
+            out = out.with_noise(out.noise + ffn.product_rounding(r, s, len(ranges) in shifted))
+        ranges.append(out)
     return cols.finish(ranges, x.is_bool and y.is_bool)
 
 
 def _square_range(r: Interval) -> Interval:
     lo = 0.0 if r.lo <= 0 <= r.hi else min(r.lo * r.lo, r.hi * r.hi)
-    return Interval(lo, max(r.lo * r.lo, r.hi * r.hi), r.integral)
+    return Interval.of(lo, max(r.lo * r.lo, r.hi * r.hi), lattice_product(r.lattice, r.lattice),
+                       2 * r.magnitude * r.noise + r.noise * r.noise)
 
 
 def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream:
@@ -317,16 +350,26 @@ def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream
     with user_errors(ctx):
         for c, r in zip(x.cols, x.ranges, strict=True):
             ffn.need_finite(r, f"x ** {n} on the ReLU machine")
-            fs.append(ffn.power_pwl(ffn.table_knots(r, grid(ctx, c, r), step), n))
-            ranges.append(_power_range(r, n))
-    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+            knots = ffn.table_knots(r, grid(ctx, c, r), step)
+            fs.append(ffn.power_pwl(knots, n))
+            out = _power_range(r, n)
+            ranges.append(out.with_noise(ffn.table_error(knots, grid(ctx, c, r), n)))
+    cols = Columns(ctx, x.width)
+    for i, (c, r, f) in enumerate(zip(x.cols, x.ranges, fs, strict=True)):
+        cols.pwl(i, c, r, f)
+        cols.noise[i] += ranges[i].noise
+    return cols.finish(ranges)
 
 
 def _power_range(r: Interval, n: int) -> Interval:
+    lat = r.lattice
+    for _ in range(n - 1):
+        lat = lattice_product(lat, r.lattice)
+    noise = n * r.magnitude ** (n - 1) * r.noise * 2  # first order, doubled for the rest
     if n % 2 == 0:
-        return Interval(_square_range(r).lo ** (n // 2) if r.lo * r.hi > 0 else 0.0,
-                        r.magnitude ** n, r.integral)
-    return Interval(r.lo ** n, r.hi ** n, r.integral)
+        return Interval.of(_square_range(r).lo ** (n // 2) if r.lo * r.hi > 0 else 0.0,
+                           r.magnitude ** n, lat, noise)
+    return Interval.of(r.lo ** n, r.hi ** n, lat, noise)
 
 
 @rule(torch.square, methods=("square",))
@@ -363,7 +406,10 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
             fs.append(ffn.with_sharpness(f, sharp))
             lo, hi = sorted((1.0 / r.lo, 1.0 / r.hi))
             slack = rel_tol * max(abs(lo), abs(hi)) if ctx.prog.machine == "swiglu" else 0.0
-            ranges.append(Interval(lo - slack, hi + slack))
+            exact_on_grid = ctx.prog.machine == "relu" and grid(ctx, c, r) is not None and \
+                len(knots) >= grid(ctx, c, r).count(r)  # type: ignore[union-attr]
+            err = 0.0 if exact_on_grid else rel_tol * max(abs(lo), abs(hi))
+            ranges.append(Interval(lo - slack, hi + slack, noise=err))
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 
@@ -407,12 +453,12 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
             if (g is not None and g.integral) or r.lo == r.hi:
                 plans.append(None)  # already an integer, or a constant
                 direct[i] = c if r.lo != r.hi else Lin.constant(_round_range(kind, r).lo)
-                ranges.append(_round_range(kind, r))
+                ranges.append(_round_range(kind, r).with_noise(r.noise if r.lo != r.hi else 0))
                 continue
             ffn.need_finite(r, f"{kind}")
             tight = g.shrink(r) if g is not None else r
             ffn.check_resolution(tight, g, kind)
-            plan = ffn.plan_rounding(kind, tight, g)
+            plan = ffn.plan_rounding(kind, tight, g, value_set(ctx, c, tight))
             plans.append(plan)
             if plan.block is None:
                 base, steps = ffn.rounding_steps(kind, tight.lo, tight.hi)
@@ -425,7 +471,8 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
     stage1 = first.finish(ranges)
     out_cols = [direct.get(i, s) for i, s in enumerate(stage1.cols)]
     if not any(p is not None and p.block is not None for p in plans):
-        return Stream(out_cols, [_round_range(kind, r) for r in x.ranges])
+        return Stream(out_cols, [_round_range(kind, r).with_noise(s.noise)
+                                 for r, s in zip(x.ranges, stage1.ranges, strict=True)])
     return _fine_stage(ctx, x, kind, plans, stage1, out_cols)
 
 
@@ -450,10 +497,13 @@ def _fine_stage(ctx: LowerCtx, x: Stream, kind: str, plans: list[ffn.StairPlan |
             second.pwl(i, rem, r_rng, f)
             fine_ranges.append(_round_range(kind, r_rng))
     stage2 = second.finish(fine_ranges)
+    noise = [s.noise for s in stage1.ranges]
     for i, plan in enumerate(plans):
         if plan is not None and plan.block is not None:
             out_cols[i] = stage1.cols[i] * float(plan.block) + stage2.cols[i]
-    return Stream(out_cols, [_round_range(kind, r) for r in x.ranges])
+            noise[i] = stage1.ranges[i].noise * plan.block + stage2.ranges[i].noise
+    return Stream(out_cols, [_round_range(kind, r).with_noise(e)
+                             for r, e in zip(x.ranges, noise, strict=True)])
 
 
 def _rounding_rule(kind: str) -> Rule:
@@ -478,8 +528,11 @@ def _frac(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
     t = rounded(ctx, x, "trunc")
     return Stream([c - d for c, d in zip(x.cols, t.cols, strict=True)],
-                  [Interval(max(r.lo, -1.0) if r.lo < 0 else 0.0,
-                            min(r.hi, 1.0) if r.hi > 0 else 0.0) for r in x.ranges])
+                  [Interval.of(max(r.lo, -1.0) if r.lo < 0 else 0.0,
+                               min(r.hi, 1.0) if r.hi > 0 else 0.0,
+                               lattice_sum(r.lattice, (Fraction(1), Fraction(0))),
+                               r.noise + q.noise)
+                   for r, q in zip(x.ranges, t.ranges, strict=True)])
 
 
 @rule(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
@@ -497,13 +550,16 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
         raise ctx.error("modulus 0")
     quotient = rounded(ctx, _scale(x, [1.0 / k for k in ms]), kind)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
-    ranges = [_mod_range(ctx, c, r, k, kind) for c, r, k in zip(x.cols, x.ranges, ms, strict=True)]
+    ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
+              for c, r, k, q in zip(x.cols, x.ranges, ms, quotient.ranges, strict=True)]
     return Stream(cols, ranges)
 
 
 def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Interval:
+    """x - m*q with q an integer: x's lattice joined with m's multiples."""
     g = grid(ctx, x, r)
-    integral = r.integral and float(m).is_integer()
+    mq = ffn.rational(m)
+    lat = None if mq is None else lattice_sum(r.lattice, (abs(mq), Fraction(0)))
     if kind == "floor" and 0 <= r.lo and r.hi < m:
         return r  # already reduced
     step = 0.0
@@ -512,8 +568,8 @@ def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Inter
         step = float(ffn.frac_gcd(g.spacing, abs(mr)))
     top = abs(m) - step
     if kind == "trunc":  # the sign of x
-        return Interval(-top if r.lo < 0 else 0.0, top if r.hi > 0 else 0.0, integral)
-    return Interval(0.0, top, integral) if m > 0 else Interval(-top, 0.0, integral)
+        return Interval.of(-top if r.lo < 0 else 0.0, top if r.hi > 0 else 0.0, lat)
+    return Interval.of(0.0, top, lat) if m > 0 else Interval.of(-top, 0.0, lat)
 
 
 @rule(operator.mod, torch.remainder, methods=("__mod__", "remainder"))
@@ -625,7 +681,7 @@ def _logic(op: str) -> Rule:
     def lower(ctx: LowerCtx, a: Any, b: Any) -> Stream:
         x, y = _bools(ctx, a, b)
         counts = [p + q for p, q in zip(x.cols, y.cols, strict=True)]
-        return pwl_stream(ctx, counts, [Interval(0, 2, True)] * x.width,
+        return pwl_stream(ctx, counts, [r + s for r, s in zip(x.ranges, y.ranges, strict=True)],
                           [_count_pwl(op, 2)] * x.width, [BOOL] * x.width, is_bool=True)
 
     return lower
@@ -653,7 +709,8 @@ def _reduce_logic(op: str) -> Rule:
         if not all(r.is_bool for r in x.ranges):
             raise ctx.error("all / any need 0/1 streams")
         count = sum(x.cols, Lin())
-        return pwl_stream(ctx, [count], [Interval(0, x.width, True)],
+        total = sum(x.ranges[1:], x.ranges[0])
+        return pwl_stream(ctx, [count], [total],
                           [_count_pwl(op, x.width)], [BOOL], is_bool=True)
 
     return lower
@@ -674,7 +731,12 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
         for i in range(w):
             ffn.select(cols.bank, i, c.cols[i], x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
             cols.whole(i)
-    ranges = [r.hull(s) for r, s in zip(x.ranges, y.ranges, strict=True)]
+    ranges = []
+    for r, s, cr in zip(x.ranges, y.ranges, c.ranges, strict=True):
+        out = r.hull(s)
+        gate = 2.0 * out.magnitude if ctx.prog.machine == "swiglu" else \
+            (r - s).magnitude + ffn.GATE_GAP
+        ranges.append(out.with_noise(out.noise + gate * cr.noise))
     return cols.finish(ranges, x.is_bool and y.is_bool)
 
 
@@ -682,17 +744,14 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
 @rule(torch.relu, F.relu, methods=("relu",))
 def _relu(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
     x = to_stream(a, ctx.out_width)
-    ranges = [Interval(max(r.lo, 0.0), max(r.hi, 0.0), r.integral) for r in x.ranges]
+    ranges = [r.clamp(0.0, INF).with_noise(0.0) for r in x.ranges]
     return pwl_stream(ctx, x.cols, x.ranges, [ffn.relu_pwl()] * x.width, ranges)
 
 
 @rule(torch.abs, operator.abs, methods=("abs", "__abs__"))
 def _abs(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
-    ranges = []
-    for r in x.ranges:
-        lo = 0.0 if r.lo <= 0 <= r.hi else min(abs(r.lo), abs(r.hi))
-        ranges.append(Interval(lo, r.magnitude, r.integral))
+    ranges = [r.absolute().with_noise(0.0) for r in x.ranges]
     return pwl_stream(ctx, x.cols, x.ranges, [ffn.abs_pwl()] * x.width, ranges)
 
 
@@ -706,7 +765,7 @@ def _clamp(ctx: LowerCtx, a: Any, min: Any = None, max: Any = None) -> Stream:
     los = [-INF] * w if min is None else const_vector(min, w)
     his = [INF] * w if max is None else const_vector(max, w)
     fs = [ffn.clamp_pwl(lo, hi) for lo, hi in zip(los, his, strict=True)]
-    ranges = [r.clamp(lo, hi) for r, lo, hi in zip(x.ranges, los, his, strict=True)]
+    ranges = [r.clamp(lo, hi).with_noise(0.0) for r, lo, hi in zip(x.ranges, los, his, strict=True)]
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 
@@ -717,12 +776,10 @@ def _extremum(ctx: LowerCtx, a: Any, b: Any, sign: float) -> Stream:
     drs = [(r - s).scale(sign) for r, s in zip(x.ranges, y.ranges, strict=True)]
     f = Pwl()
     f.hinge(0.0, sign)
-    part_ranges = [Interval(max(d.lo, 0.0), max(d.hi, 0.0), d.integral).scale(sign)
-                   for d in drs]
+    part_ranges = [d.clamp(0.0, INF).scale(sign).with_noise(0.0) for d in drs]
     parts = pwl_stream(ctx, diffs, drs, [f] * x.width, part_ranges)
-    pick = max if sign > 0 else min
-    ranges = [Interval(pick(r.lo, s.lo), pick(r.hi, s.hi), r.integral and s.integral)
-              for r, s in zip(x.ranges, y.ranges, strict=True)]
+    ranges = [r.extremum(s, sign).with_noise(s.noise + p.noise)
+              for r, s, p in zip(x.ranges, y.ranges, parts.ranges, strict=True)]
     return Stream([c + p for c, p in zip(y.cols, parts.cols, strict=True)], ranges)
 
 

@@ -24,16 +24,27 @@ the bank (lanes plus ``bank.const``): the older contract other modules rely on.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ir.ranges import (
+    Interval,
+    Lattice,
+    frac_gcd,
+    lattice_scale,
+    lattice_sum,
+    point_lattice,
+    rational,
+)
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.ops.numerics import (
     EXACT_HALF_INTEGERS,
@@ -49,9 +60,15 @@ from torchwright_fx.ops.numerics import (
     MAX_MEAN_DENOMINATORS,
     MAX_SHARPNESS,
     MEAN_NOISE,
+    LANE_ROUNDING,
     MIN_GRID_SPACING,
+    NOISE_TOLERANCE,
+    PRODUCT_NOISE,
     RAMP_WIDTH,
     REAL_STAIR_MAGNITUDE,
+    SATURATION,
+    SILU_MAX_SLOPE,
+    SILU_PEAK,
     SILU_SCALE,
     SINGLE_STAGE_STEPS,
     TABLE_SEGMENTS,
@@ -72,17 +89,7 @@ need_finite = _need_finite
 
 
 # -- grids ------------------------------------------------------------------------------------
-def rational(c: float, max_denominator: int = 10 ** 6) -> Fraction | None:
-    """``c`` as a small rational if it is one up to float rounding (0.1 -> 1/10), else None."""
-    if not math.isfinite(c):
-        return None
-    f = Fraction(c).limit_denominator(max_denominator)
-    return f if abs(float(f) - c) <= 1e-9 * max(1.0, abs(c)) else None
-
-
-def frac_gcd(a: Fraction, b: Fraction) -> Fraction:
-    den = a.denominator * b.denominator // math.gcd(a.denominator, b.denominator)
-    return Fraction(math.gcd(int(a * den), int(b * den)), den)
+__all__ = ["rational", "frac_gcd"]  # re-exported: the lattice arithmetic lives in ir/ranges.py
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class Grid:
 
     @property
     def integral(self) -> bool:
-        return self.spacing.denominator == 1 and self.offset == 0
+        return self.spacing.denominator == 1 and self.offset.denominator == 1
 
     def at_or_above(self, t: Fraction) -> Fraction:
         return self.offset + math.ceil((t - self.offset) / self.spacing) * self.spacing
@@ -126,9 +133,8 @@ class Grid:
         lo, hi = rational(rng.lo), rational(rng.hi)
         if lo is None or hi is None:
             return rng
-        return Interval(float(self.at_or_above(lo)), max(float(self.at_or_above(lo)),
-                                                         float(self.at_or_below(hi))),
-                        rng.integral)
+        first = float(self.at_or_above(lo))
+        return dataclasses.replace(rng, lo=first, hi=max(first, float(self.at_or_below(hi))))
 
 
 def _resolvable(spacing: Fraction, rng: Interval) -> bool:
@@ -139,23 +145,26 @@ def _resolvable(spacing: Fraction, rng: Interval) -> bool:
     return rng.finite and rng.magnitude <= EXACT_LATTICE_STEPS * spacing
 
 
+def lin_lattice(x: Lin, signal_range: Callable[[int], Interval]) -> Lattice | None:
+    """The lattice of an affine form, from its signals' lattices (None if one has none)."""
+    lat = point_lattice(x.const)
+    for sid, coef in x.terms.items():
+        lat = lattice_sum(lat, lattice_scale(signal_range(sid).lattice, coef))
+    return lat
+
+
 def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> Grid | None:
-    """The lattice that ``x`` lives on, from its integer-valued signals and rational
-    coefficients; ``Z`` if only its declared range says integral; None for a real value
+    """The lattice that ``x`` lives on: the column's own facts (``rng``), or the one its
+    signals and rational coefficients generate, whichever is coarser; None for a real value
     (also when the lattice is finer than MIN_GRID_SPACING and too fine for fp32 to resolve
     over x's range: arbitrary float coefficients)."""
-    spacing = Fraction(0)
-    for sid, coef in x.terms.items():
-        c = rational(coef, GRID_DENOMINATOR)
-        if c is None or not signal_range(sid).integral:
-            spacing = Fraction(0)
-            break
-        spacing = frac_gcd(spacing, abs(c))
-    else:
-        offset = rational(x.const, GRID_DENOMINATOR)
-        if offset is not None and _resolvable(spacing, rng):
-            return Grid(spacing, offset % spacing)
-    return Grid(Fraction(1), Fraction(0)) if rng.integral else None
+    best: Lattice | None = None
+    for lat in (rng.lattice, lin_lattice(x, signal_range)):
+        if lat is None or lat[0] <= 0 or not _resolvable(lat[0], rng):
+            continue
+        if best is None or lat[0] > best[0]:
+            best = lat
+    return None if best is None else Grid(best[0], best[1] % best[0])
 
 
 @dataclass(frozen=True)
@@ -212,8 +221,8 @@ def fractions_of(x: Lin, signal_range: Callable[[int], Interval]) -> Fractions |
     for c in coefs:
         assert c is not None
         g = frac_gcd(g, abs(c))
-    noise = sum(abs(c) * r.magnitude for c, r in zip(x.terms.values(), ranges, strict=True))
-    return Fractions(g, b, ranges[0].max_den, noise * MEAN_NOISE)
+    noise = sum(abs(c) * r.noise for c, r in zip(x.terms.values(), ranges, strict=True))
+    return Fractions(g, b, ranges[0].max_den, noise)
 
 
 # -- piecewise-linear functions of one value ----------------------------------------------------
@@ -379,6 +388,107 @@ def emit_into_bank(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitt
     return e
 
 
+def _corner_error(z_lo: np.ndarray, z_hi: np.ndarray) -> np.ndarray:
+    """max |SiLU(z) - relu(z)| = |z| sigmoid(-|z|) over |z| in [z_lo, z_hi] (unimodal, peak
+    at SILU_PEAK): the gate's distance from the kink, in units of the lane's scale."""
+    z = np.clip(SILU_PEAK, z_lo, z_hi)
+    with np.errstate(over="ignore"):
+        return np.where(np.isfinite(z) & (z < 700), z / (1.0 + np.exp(np.minimum(z, 700))), 0.0)
+
+
+def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> bool:
+    """Whether every lane of f(x) is computed exactly in fp32 at the values x takes: every
+    signal on a lattice, every gate S*s*(x - k) then on the half-integers (its fp32 weights
+    times the lattices, plus its constant), and integer down weights w/s (a staircase's
+    steps). Noise small enough that the gates still round to their exact values is allowed
+    (pwl_noise counts it)."""
+    lattices = [signal_range(sid).lattice for sid in x.terms]
+    if any(lat is None for lat in lattices) or not rng.finite or rng.magnitude > 2.0 ** 22:
+        return False
+    half = Fraction(1, 2)
+    for h in f.hinges:
+        if not rng.lo < h.knot < rng.hi:
+            continue
+        k = SILU_SCALE * h.sharpness
+        # A gate within 2**-20 of its exact value (a multiple of S/2 >= 64, or 0) still
+        # rounds to it in fp32: only the noise itself remains (counted by pwl_noise).
+        if sum(abs(c) * k * signal_range(sid).noise for sid, c in x.terms.items()) > 2.0 ** -20:
+            return False
+        if not (h.weight / h.sharpness).is_integer():
+            return False
+        const = Fraction(float(np.float32((x.const - h.knot) * k)))
+        for c, lat in zip(x.terms.values(), lattices, strict=True):
+            assert lat is not None
+            w = Fraction(float(np.float32(c * k)))
+            if (w * lat[0]) % half:
+                return False
+            const += w * lat[1]
+        if const % half:
+            return False
+    return True
+
+
+def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str,
+              exact: bool = False) -> float:
+    """A bound on |compiled f(x') - f(x)| for every exact input x in rng and compiled input
+    x' within rng.noise of it: the steepest segment the noise window can reach (around lattice
+    points only, when x has a lattice), plus each SwiGLU corner's deviation from relu at the
+    nearest inputs it can see, plus fp32 rounding of off-lattice lane sums. Float64 throughout:
+    a bound, not an exact figure."""
+    eps = rng.noise
+    inside = [h for h in f.hinges if rng.lo < h.knot < rng.hi]
+    swiglu = machine == "swiglu"
+    lattice = grid if isinstance(grid, Grid) else None
+    fractions = grid if isinstance(grid, Fractions) and len(f.hinges) <= 64 else None
+    if not inside:  # affine: folded into the readers' weights
+        return abs(f.slope + sum(h.weight for h in f.hinges if h.knot <= rng.lo)) * eps
+    inside.sort(key=lambda h: h.knot)
+    knots = np.array([h.knot for h in inside])
+    weights = np.array([h.weight for h in inside])
+    scales = SILU_SCALE * np.array([h.sharpness for h in inside])
+    noise = 0.0
+    if eps > 0:
+        corner = float((SATURATION / scales).max()) if swiglu else 0.0
+        reach = eps + corner
+        start = f.slope + sum(h.weight for h in f.hinges if h.knot <= rng.lo)
+        slopes = start + np.concatenate([[0.0], np.cumsum(weights)])  # on each segment
+        a = np.concatenate([[rng.lo], knots]) - reach
+        b = np.concatenate([knots, [rng.hi]]) + reach
+        a, b = np.maximum(a, rng.lo), np.minimum(b, rng.hi)
+        seen = a <= b
+        if lattice is not None:
+            sp, off = float(lattice.spacing), float(lattice.offset)
+            first = off + np.ceil((a - off) / sp - 1e-9) * sp  # a lattice point in [a, b]?
+            seen &= first <= b + 1e-9 * np.maximum(1.0, np.abs(b))
+        elif fractions is not None:  # an attainable mean within reach of the segment?
+            seen &= np.array([float(fractions.above(rational(lo) or Fraction(lo), False)) <= hi
+                              for lo, hi in zip(a, b, strict=True)])
+        steepest = float(np.abs(slopes[seen]).max(initial=0.0))
+        noise += steepest * eps * (SILU_MAX_SLOPE if swiglu else 1.0)
+    if swiglu:
+        if fractions is not None:  # the attainable means nearest each knot
+            d = np.array([min(h.knot - float(fractions.below(rational(h.knot) or Fraction(h.knot),
+                                                             True)),
+                              float(fractions.above(rational(h.knot) or Fraction(h.knot), True))
+                              - h.knot) for h in inside])
+            err = _corner_error(scales * np.maximum(d - eps, 0.0), scales * (d + eps))
+        elif lattice is None:
+            err = np.full(len(inside), HINGE_MAX_ERROR)
+        else:
+            sp, off = float(lattice.spacing), float(lattice.offset)
+            below = off + np.floor((knots - off) / sp) * sp
+            cands = np.stack([knots - below, knots - below + sp, below + sp - knots,
+                              below + 2 * sp - knots])
+            points = np.stack([below, below - sp, below + sp, below + 2 * sp])
+            ok = (points >= rng.lo) & (points <= rng.hi) & ((cands > 1e-12 * sp) | (eps > 0))
+            d = np.where(ok, cands, np.inf).min(axis=0)
+            err = _corner_error(scales * np.maximum(d - eps, 0.0), scales * (d + eps))
+        noise += float((np.abs(weights) * err / scales).sum())
+    if not exact:  # lane values and their sums round in fp32
+        noise += magnitude(f, rng) * LANE_ROUNDING
+    return float(noise)
+
+
 def hinge_error(f: Pwl, machine: str) -> float:
     """Worst deviation of the SwiGLU lanes from exact relu: corners never overlap when knots
     respect KNOT_SPACING, so at any x only the nearest corner errs."""
@@ -388,6 +498,37 @@ def hinge_error(f: Pwl, machine: str) -> float:
 
 
 # -- steps and staircases ---------------------------------------------------------------------
+# Steps on a value with no lattice are ramps RAMP_WIDTH wide: exact outside the ramp, wrong
+# inside it. They are refused unless the user compiles with exact=False, which records each.
+_APPROXIMATIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "approximations", default=None)
+
+
+class NotExact(RangeError):
+    """A step the compiler cannot prove exact (the user may accept it with exact=False)."""
+
+
+@contextlib.contextmanager
+def recording_approximations(log: list[str] | None) -> Iterator[None]:
+    """Within: steps without a lattice are appended to ``log``; with ``log`` None, refused."""
+    token = _APPROXIMATIONS.set(log)
+    try:
+        yield
+    finally:
+        _APPROXIMATIONS.reset(token)
+
+
+def approximate(what: str) -> None:
+    log = _APPROXIMATIONS.get()
+    if log is None:
+        raise NotExact(
+            f"not exact: {what}, so the step is a ramp {RAMP_WIDTH} wide that is wrong for "
+            "values inside it; make the value whole (scale it onto integers, round it first), "
+            "declare its lattice with tw.claim(v, lo, hi, integral=True), or compile with "
+            "exact=False to accept the ramp")
+    log.append(f"{what}: a {RAMP_WIDTH}-wide ramp, wrong for values inside it")
+
+
 @dataclass(frozen=True)
 class Step:
     at: float
@@ -408,8 +549,11 @@ def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
         if (hi - lo) * Fraction(INTEGER_RAMP_LO) > grid.noise:
             return (float(lo + (hi - lo) * Fraction(INTEGER_RAMP_LO)),
                     float(lo + (hi - lo) * Fraction(INTEGER_RAMP_HI)))
-        grid = None  # the gap is below the noise: a plain real-valued ramp
+        approximate(f"the attainable means either side of {s.at:g} are {float(hi - lo):.3g} "
+                    f"apart, too close for the averaging noise {grid.noise:.3g}")
+        grid = None  # the user accepted a plain real-valued ramp
     if grid is None:
+        approximate(f"a step at {s.at:g} on a value with no lattice")
         return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
     p = grid.above(t) if s.strict else grid.at_or_above(t)
     sp = grid.spacing
@@ -495,6 +639,14 @@ def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
     (``EXACT_LATTICE_STEPS``)."""
     if not isinstance(grid, Grid) or not rng.finite:
         return
+    tolerance = float(grid.spacing * NOISE_TOLERANCE)
+    if rng.noise > tolerance:
+        raise RangeError(
+            f"not exact: {what} on a lattice of spacing {grid.spacing} tolerates input noise "
+            f"up to {tolerance:.3g}, but the compiled input may be off by {rng.noise:.3g} "
+            "(noise of a tw.mean, tw.position, a product of large values or an approximate "
+            "table, carried through arithmetic); round or compare the noisy part first, or "
+            "narrow its range with tw.claim")
     steps = rng.magnitude / float(grid.spacing)
     if steps > EXACT_LATTICE_STEPS:
         raise RangeError(f"{what} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing "
@@ -530,12 +682,15 @@ class StairPlan:
     coarse_steps: int = 0
 
 
-def plan_rounding(kind: str, rng: Interval, grid: Grid | None) -> StairPlan:
+def plan_rounding(kind: str, rng: Interval, grid: Grid | None,
+                  values: Grid | Fractions | None = None) -> StairPlan:
+    """One stage or two for ``kind`` over rng; ``values`` is where the single stage may put
+    its ramps (x's lattice, else a mean's fractions)."""
     base, steps = rounding_steps(kind, rng.lo, rng.hi)
-    single = staircase(base, steps, grid)
+    single = staircase(base, steps, grid if grid is not None else values)
     fits = magnitude(single, rng) <= (EXACT_HALF_INTEGERS if grid else REAL_STAIR_MAGNITUDE)
     if grid is None or kind == "trunc" or (len(steps) <= SINGLE_STAGE_STEPS and fits):
-        check_staircase(single, rng, grid, kind)
+        check_staircase(single, rng, grid if grid is not None else values, kind)
         return StairPlan(None)
     origin = math.floor(rng.lo)
     best: tuple[int, int] | None = None
@@ -610,6 +765,19 @@ def lookup(bank: Bank, out: int, x: Lin, rng: Interval, table: dict[int, float],
         raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
     check_resolution(rng, Grid(Fraction(1), Fraction(0)), "lookup")
     emit_into_bank(bank, out, x, rng, lookup_pwl(lo, hi, table, default), )
+
+
+def lookup_function(key: Interval, table: dict[int, float], default: float) -> Pwl:
+    """``table.get(x, default)`` for an integer-valued key x, as a staircase (checked: a
+    finite integer range fp32 resolves, noise within the step's tolerance)."""
+    if not key.integral:
+        raise RangeError("lookup needs an integer-valued key stream")
+    _need_finite(key, "lookup")
+    lo, hi = math.ceil(key.lo), math.floor(key.hi)
+    if hi - lo > 4096:
+        raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
+    check_resolution(key, Grid(Fraction(1), Fraction(0)), "lookup")
+    return lookup_pwl(lo, hi, table, default)
 
 
 def lookup_pwl(lo: int, hi: int, table: dict[int, float], default: float) -> Pwl:
@@ -765,14 +933,72 @@ def product(bank: Bank, out: int, a: Lin, ra: Interval, b: Lin, rb: Interval,
     if rb.is_bool:
         select(bank, out, b, a, ra, Lin(), Interval.point(0))
         return
-    for x, rng, f in quarter_square_tables(a, ra, b, rb, step, grids):
+    for x, rng, f, _ in quarter_square_tables(a, ra, b, rb, step, grids):
         emit_into_bank(bank, out, x, rng, f, )
+
+
+def saturating_shift(ra: Interval, rb: Interval) -> float | None:
+    """M for the one-lane product SiLU(a + M) * b - M * b, exact when a and b are integers
+    (up to tiny noise), a + M >= SATURATION, and every product stays an fp32 integer."""
+    if not (ra.integral and rb.integral and ra.finite and rb.finite):
+        return None
+    if ra.noise > 2.0 ** -30 or rb.noise > 2.0 ** -30:
+        return None
+    shift = float(max(0, math.ceil(SATURATION - ra.lo)))
+    if (ra.magnitude + shift) * rb.magnitude >= 2.0 ** 23:
+        return None
+    return shift
+
+
+def product_rounding(ra: Interval, rb: Interval, shifted: bool = False,
+                     max_pairs: int = 1 << 16) -> float:
+    """fp32 error of the SwiGLU product (SiLU(a)*b + SiLU(-a)*(-b), or the shifted one-lane
+    form): replayed with the runtime's ops over every pair of lattice points when there are
+    few, else PRODUCT_NOISE of the largest |a*b| (two-lane form only)."""
+    bound = PRODUCT_NOISE * ra.magnitude * rb.magnitude
+    grids = []
+    for r in (ra, rb):
+        if r.lattice is None or r.step is None or r.step <= 0 or not r.finite or \
+                r.noise > 2.0 ** -30:
+            return bound
+        g = Grid(r.step, r.offset % r.step)
+        if g.count(r) > max_pairs:
+            return bound
+        grids.append(np.array(g.points(r), dtype=np.float32))
+    a, b = np.meshgrid(*grids, indexing="ij")
+    if a.size > max_pairs or a.size == 0:
+        return bound
+    import torch  # the runtime's own silu
+
+    ta, tb = torch.from_numpy(a.ravel()), torch.from_numpy(b.ravel())
+    silu = torch.nn.functional.silu
+    if shifted:
+        m = saturating_shift(ra, rb) or 0.0
+        got = silu(ta + m) * tb - tb * m  # the lane, then the reader's affine part
+    else:
+        got = silu(ta) * tb + silu(-ta) * (-tb)
+    exact = ta.double() * tb.double()
+    return float((got.double() - exact).abs().max())
+
+
+def table_error(knots: Sequence[float], grid: Grid | None, n: int) -> float:
+    """The worst |table - t**n| at the values t can take: 0 when every lattice point in
+    range is a knot, else the interpolation error between knots."""
+    if len(knots) < 2:
+        return 0.0
+    if grid is not None:
+        lo, hi = rational(knots[0]), rational(knots[-1])
+        if lo is not None and hi is not None and grid.count(Interval(knots[0], knots[-1])) \
+                <= len(knots):
+            return 0.0
+    return power_table_error(knots, n) * 1.01  # the dense sample, with a margin
 
 
 def quarter_square_tables(a: Lin, ra: Interval, b: Lin, rb: Interval, step: float | None,
                           grids: tuple[Grid | None, Grid | None]
-                          ) -> list[tuple[Lin, Interval, Pwl]]:
-    """(x, range, table) whose sum is a*b = (a+b)**2/4 - (a-b)**2/4 (the ReLU product)."""
+                          ) -> list[tuple[Lin, Interval, Pwl, float]]:
+    """(x, range, table, error) whose sum is a*b = (a+b)**2/4 - (a-b)**2/4 (the ReLU
+    product); ``error`` bounds the table's deviation at the values x can take."""
     if not (ra.finite and rb.finite):
         raise RangeError("a product of two streams on the ReLU machine is a table over the "
                          f"factors' ranges, got [{ra.lo}, {ra.hi}] and [{rb.lo}, {rb.hi}]; "
@@ -781,11 +1007,13 @@ def quarter_square_tables(a: Lin, ra: Interval, b: Lin, rb: Interval, step: floa
     for x, rng, g, w in ((a + b, ra + rb, _sum_grid(*grids, 1), 0.25),
                          (a - b, ra - rb, _sum_grid(*grids, -1), -0.25)):
         if x.is_const:
-            out.append((x, rng, Pwl(const=w * x.const ** 2)))
+            out.append((x, rng, Pwl(const=w * x.const ** 2), 0.0))
             continue
-        f = power_pwl(table_knots(rng, g, step), 2)
+        knots = table_knots(rng, g, step)
+        f = power_pwl(knots, 2)
         out.append((x, rng, Pwl(f.const * w, f.slope * w,
-                                [Hinge(h.knot, h.weight * w) for h in f.hinges], f.anchor)))
+                                [Hinge(h.knot, h.weight * w) for h in f.hinges], f.anchor),
+                    abs(w) * table_error(knots, g, 2)))
     return out
 
 

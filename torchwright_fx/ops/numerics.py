@@ -63,6 +63,10 @@ def sqrt_exact(n: int) -> float:
 # max_y |SiLU(y) - relu(y)| = max_y |y| * sigmoid(-|y|): the maximum sits where y*sigmoid(y) = 1
 # (y = 1.27846...), and its value is y - 1. A hinge of sharpness s errs by at most this / (S*s).
 HINGE_MAX_ERROR = 0.2784645427610738
+# ... reached at y = SILU_PEAK; beyond it the error |y| * sigmoid(-|y|) decreases.
+SILU_PEAK = 1.2784645427610738
+# max_y d/dy SiLU(y) = 1.0998...: a SiLU hinge is at most this much steeper than relu.
+SILU_MAX_SLOPE = 1.1
 # SwiGLU knots closer than KNOT_SPACING / (S * input_scale) would have overlapping rounded
 # corners: each corner is inexact within SATURATION/(S*s) ~ 17/(S*s) of its knot (DESIGN §6.2).
 KNOT_SPACING = 34.0
@@ -117,3 +121,18 @@ CLAIM_INTEGRAL_TOL = 1e-3
 # terms keep a factor 2 of headroom. Beyond it fp32 cannot tell neighbouring lattice points
 # apart at the gate, and the compiler refuses the step (adder: compare a count, not 10**n).
 EXACT_LATTICE_STEPS = 2 ** 21
+
+# -- noise ------------------------------------------------------------------------------------
+# Every column carries a bound on |compiled - exact| (ir/ranges.py: Interval.noise). A step on a
+# lattice of spacing h has its ramp over [p - 3h/4, p - h/4] before each lattice point p, with
+# sharpness s = 2/h; with input noise e the nearest corner is h/4 - e away, and the SwiGLU gate
+# S*s*(h/4 - e) stays >= 32 (deep in SiLU's exact region, SATURATION = 18) while e <= h/8.
+NOISE_TOLERANCE = Fraction(1, 8)
+# A 0/1 value steering a gate (torch.where, emit, latch/mean validity) may carry at most this
+# noise; a SwiGLU select then errs by at most 2 * noise * |value|, which is added to its noise.
+GATE_NOISE = 2.0 ** -20
+# A SwiGLU product SiLU(a)*b + SiLU(-a)*(-b): each SiLU is a*sigmoid(a) with the sigmoid within
+# 2 ulps, two products and one sum rounded: at most 8 ulps of |a*b| in all.
+PRODUCT_NOISE = 2.0 ** -21
+# fp32 rounding of an off-lattice lane sum: each lane value and each partial sum rounds once.
+LANE_ROUNDING = 2.0 ** -23

@@ -60,6 +60,12 @@ def measured_error(n: int) -> float:
     return float((total.double() - torch.arange(n, dtype=torch.float64)).abs().max())
 
 
+def noise(machine: str, n: int) -> float:
+    """The bound on |compiled position - i|: twice the fp32 replay of the decoder (the runtime
+    may round its sums in another order), plus fp32 rounding of i itself (2**-23 relative)."""
+    return 2.0 * measured_error(n) + n * 2.0 ** -23
+
+
 def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> Lin:
     """The position scalar, built once per program and shared."""
     cached = prog.memo.get("position")
@@ -74,6 +80,7 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     bank = Bank(prog.machine, 1)
     for yk, ak, sharp in knots(n):
         bank.hinge(0, yk - inverse, ak, sharpness=sharp)
-    (pos,) = bank.finish(prog, [Interval(0.0, n - 1, True)], f"{name}.position", source)
+    (pos,) = bank.finish(prog, [Interval(0.0, n - 1, True, noise=noise(prog.machine, n))],
+                         f"{name}.position", source)
     prog.memo["position"] = pos
     return pos

@@ -1,0 +1,48 @@
+"""The output's proof obligation at lowering: a whole token code at every position."""
+
+from __future__ import annotations
+
+from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.ir.graph import Program
+from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import decode, ffn
+
+
+def certify_output(prog: Program, source: str = "") -> Interval:
+    """Refuse an output that is not provably a whole token code at every position."""
+    r = prog.output_range
+    where = f"{source}\n  " if source else ""
+    if not r.integral or not r.finite:
+        raise CompileError(
+            f"{where}the program's output must be a whole token code at every position, but "
+            f"its values are only known to lie in [{r.lo:.6g}, {r.hi:.6g}]"
+            f"{' on the lattice ' + str(r.step) + 'Z + ' + str(r.offset) if r.lattice else ''}; "
+            "map the result to codes with tw.lookup(v, {value: token}), tw.token(...) plus a "
+            "whole number, or torch.round over a declared range, and return it (usually "
+            "through tw.emit)")
+    if r.noise >= 0.5:
+        raise CompileError(
+            f"{where}the output code may be off by {r.noise:.3g} in the compiled model (the "
+            "noise of a mean, a position or an approximate table reaching the output), so "
+            "the token is not certain; round the value (torch.round) before returning it")
+    return r
+
+
+def decodable(ctx: LowerCtx, value: Stream) -> Stream:
+    """The output as lm_head will read it: as it is when its decoding is certified, else
+    first summed into one column by an MLP pass-through (two lanes: hinge(c) - hinge(-c)),
+    whose own rounding is the gate's dot product, a few ulps of the terms' magnitudes."""
+    prog = ctx.prog
+    col, rng = value.cols[0], value.ranges[0]
+    if decode.margin(prog, col, rng) > 0 or len(col.terms) <= 1:
+        return value
+    bank = ctx.bank(1)
+    ffn.linear(bank, 0, col - col.const, 1.0)
+    terms = [prog.signals[s].range for s in col.terms]
+    rounding = (len(terms) + 2) * decode.FP32_UNIT * sum(
+        abs(c) * (r.magnitude + r.noise) for c, r in zip(col.terms.values(), terms, strict=True))
+    out = rng.with_noise(rng.noise + rounding)
+    (summed,) = ctx.finish(bank, [out.shift(-col.const)])
+    return Stream([summed + col.const], [out])

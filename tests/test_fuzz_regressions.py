@@ -30,7 +30,14 @@ def refused_or_equal(source: str, prompts: list[str], chars: str = "ab01\n",
     wrong = []
     for p in prompts:
         ids = vocab.encode(p)
-        want, got = compiled.reference_ids(ids), compiled.generate_ids(ids)
+        try:
+            want = compiled.reference_ids(ids)
+        except ValueError as e:  # outside the domain (prints <bos>): the model refuses too
+            with pytest.raises(ValueError, match="<bos>"):
+                compiled.generate_ids(ids)
+            assert "<bos>" in str(e)
+            continue
+        got = compiled.generate_ids(ids)
         if want != got:
             wrong.append((p, [vocab.tokens[i] for i in want], [vocab.tokens[i] for i in got]))
     assert not wrong, f"(prompt, reference, compiled): {wrong}"

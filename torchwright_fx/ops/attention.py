@@ -37,7 +37,9 @@ from torchwright_fx.ops.numerics import ATTENTION_MARGIN, ROTARY_DIMS, is_power_
 # headroom for fp32 rounding of the rotary tables and the dot products, which check_margins
 # measures rather than assumes.
 AMPLITUDE_HEADROOM = 1.5
-LOW_PLANE = (1, 3)  # (a, b) dims of the low-frequency rotary plane in rotate_half layout
+LOW_PLANE = (1, 3)
+# The margin search tries this many lengths below a failing one, one by one (each fails fast).
+SCAN_LENGTHS = 64  # (a, b) dims of the low-frequency rotary plane in rotate_half layout
 
 
 class GeometryError(ValueError):
@@ -99,9 +101,11 @@ def _query_rotary(geom: Geometry, offset: int) -> tuple[float, float]:
 
 # -- margin check ------------------------------------------------------------------------------
 @lru_cache(maxsize=256)
-def measured_gap(geom: Geometry, offset: int, with_validity: bool) -> tuple[float, int]:
+def measured_gap(geom: Geometry, offset: int, with_validity: bool,
+                 stop_below: float = -math.inf) -> tuple[float, int]:
     """Smallest fp32 logit gap (winner minus runner-up) over all query positions, and the
-    query position where it occurs, replaying Phi-3's RoPE and dot product in fp32."""
+    query position where it occurs, replaying Phi-3's RoPE and dot product in fp32. With
+    ``stop_below``, returns as soon as a gap below it is found (a pass/fail question)."""
     n = geom.max_seq_len
     pos = torch.arange(n, dtype=torch.float)
     freqs = pos[:, None] * _inv_freq(geom.rope_theta)[None, :]
@@ -132,6 +136,8 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool) -> tuple[floa
         i = int(torch.argmin(gap))
         if float(gap[i]) < worst_gap:
             worst_gap, worst_at = float(gap[i]), int(rows[i])
+        if worst_gap < stop_below:
+            break
     return worst_gap, worst_at
 
 
@@ -142,22 +148,36 @@ def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -
     gap, where = measured_gap(geom, offset, with_validity)
     if gap < ATTENTION_MARGIN:
         ok = largest_working_length(geom.d_head, offset, with_validity, geom.max_seq_len)
+        scanned = ok >= geom.max_seq_len - 1 - SCAN_LENGTHS
         raise GeometryError(
             f"attention margin too small: offset {offset} at max_seq_len={geom.max_seq_len} "
             f"leaves an fp32 logit gap of {gap:.1f} at position {where} (< {ATTENTION_MARGIN}); "
-            f"the largest max_seq_len that works for this construction is {ok}"
+            + (f"the largest max_seq_len that works for this construction is {ok}" if scanned
+               else f"the largest max_seq_len that works for this construction is below "
+                    f"{geom.max_seq_len - SCAN_LENGTHS}; max_seq_len={ok} works")
         )
     return gap
 
 
 def largest_working_length(d_head: int, offset: int, with_validity: bool,
-                           failing: int = 1 << 14) -> int:
-    """Bisect for the largest max_seq_len whose margins hold (the gap shrinks as the lobe
-    widens, so lengths below a working one work too)."""
-    lo, hi = max(offset + 1, 2), failing - 1
+                           failing: int = 1 << 14, scan: int | None = None) -> int:
+    """The largest max_seq_len below ``failing`` whose margins hold, by the same check. The
+    gap is not monotone in the length (fp32 quantises the large logits), so the lengths are
+    tried downwards one by one; beyond ``scan`` tries, a bisection (each answer still
+    checked) gives a length that works, not necessarily the largest."""
+    def works(n: int) -> bool:
+        geom = Geometry(d_head, n)
+        return measured_gap(geom, offset, with_validity, ATTENTION_MARGIN)[0] >= ATTENTION_MARGIN
+
+    scan = SCAN_LENGTHS if scan is None else scan
+    first = max(offset + 1, 2)
+    for n in range(failing - 1, max(first, failing - 1 - scan) - 1, -1):
+        if works(n):
+            return n
+    lo, hi = first, failing - 1 - scan
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if measured_gap(Geometry(d_head, mid), offset, with_validity)[0] >= ATTENTION_MARGIN:
+        if works(mid):
             lo = mid
         else:
             hi = mid - 1

@@ -1,0 +1,205 @@
+"""The soundness issue's cases: each right on every input, or refused at compile time with an
+actionable message (never silently wrong). Facts rules are checked per construct as well."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import torchwright_fx as tw
+from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ops.attention import Geometry, GeometryError, check_margins
+
+DIGITS = tw.Vocab("0123456789\n")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+def _digit(x):
+    return tw.lookup(x, {str(k): k for k in range(10)})
+
+
+def _three_digit(x):
+    d = _digit(x)
+    return 100 * tw.shift(d, 3) + 10 * tw.shift(d, 2) + tw.shift(d, 1)
+
+
+def _every_three_digit_prompt(program: tw.Compiled) -> list[str]:
+    return [p for p in (f"{n:03d}\n" for n in range(1000))
+            if program.generate(p) != program.reference(p)]
+
+
+# -- 1. steps on whole numbers whose lattice the compiler used to lose -----------------------
+LATTICE_KEEPERS = {
+    "relu": lambda v: torch.relu(v - 1),
+    "clamp": lambda v: torch.clamp(v - 1, min=0),
+    "abs": lambda v: torch.abs(v - 500),
+    "where": lambda v: torch.where(v > 500, v - 1, 999 - v),
+    "minimum": lambda v: torch.minimum(v, 998 - v),
+    "maximum": lambda v: torch.maximum(v - 3, 2 * v - 1000),
+}
+
+
+@pytest.mark.parametrize("name", list(LATTICE_KEEPERS))
+def test_floor_division_of_a_whole_number_is_exact_on_every_input(name):
+    keep = LATTICE_KEEPERS[name]
+
+    def hundreds(x):
+        nl = tw.is_token(x, "\n")
+        v = keep(_three_digit(x))
+        return tw.emit(nl, [tw.token("0") + torch.clamp(v // 100, 0, 9)])
+
+    hundreds.__name__ = f"hundreds_{name}"
+    program = tw.compile(hundreds, vocab=DIGITS, max_seq_len=8)
+    assert _every_three_digit_prompt(program) == []
+
+
+def test_the_issues_program_is_right_on_all_1000_prompts():
+    def hundreds_of_v_minus_1(x):
+        nl = tw.is_token(x, "\n")
+        v = _three_digit(x)
+        return tw.emit(nl, [tw.token("0") + torch.relu(v - 1) // 100])
+
+    program = tw.compile(hundreds_of_v_minus_1, vocab=DIGITS, max_seq_len=8)
+    assert program.generate("097\n") == program.reference("097\n") == "0"
+    assert _every_three_digit_prompt(program) == []
+
+
+def test_an_integral_claim_is_honoured_by_its_consumers():
+    def claimed(x):
+        nl = tw.is_token(x, "\n")
+        v = tw.claim(_three_digit(x) * 0.5 * 2, 0, 999, integral=True)
+        return tw.emit(nl, [tw.token("0") + (v % 10)])
+
+    program = tw.compile(claimed, vocab=DIGITS, max_seq_len=8)
+    assert _every_three_digit_prompt(program) == []
+
+
+def test_a_step_on_a_value_without_a_lattice_is_refused_naming_the_line():
+    def real_step(x):
+        v = tw.reciprocal(tw.claim(_digit(x) + 1, 1, 10))
+        return tw.token("0") + (v > 0.3).float()  # REAL_STEP
+
+    with pytest.raises(tw.CompileError, match=r"REAL_STEP(.|\n)*not exact(.|\n)*exact=False"):
+        tw.compile(real_step, vocab=DIGITS, max_seq_len=8).compile()
+
+
+def test_exact_false_accepts_the_ramp_and_reports_it():
+    def real_step(x):
+        v = tw.reciprocal(tw.claim(_digit(x) + 1, 1, 10))
+        return tw.token("0") + (v > 0.6).float()  # no 1/k lies in the ramp [0.6, 0.7]
+
+    program = tw.compile(real_step, vocab=DIGITS, max_seq_len=8, exact=False)
+    summary = program.summary()
+    assert "approximate" in summary and "ramp" in summary
+    for prompt in ("2", "0", "93"):
+        assert program.generate(prompt) == program.reference(prompt)
+
+
+# -- 2. steps_since with a marker that is 1 at <bos> ---------------------------------------------
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+def test_steps_since_with_a_marker_at_bos(machine):
+    vocab = tw.Vocab("01\n23456789")
+
+    def since_not_one(x):
+        steps = tw.steps_since(1 - tw.is_token(x, "1"))
+        return tw.token("0") + tw.claim(torch.round(steps), 0, 9, integral=True)
+
+    program = tw.compile(since_not_one, vocab=vocab, max_seq_len=16, machine=machine)
+    ids = vocab.encode("0110111")
+    want = program.traced.run(ids).reshape(-1).round().long().tolist()
+    assert want == [3, 3, 4, 5, 3, 4, 5, 6]
+    assert program.logits(ids).argmax(-1).tolist() == want
+
+
+# -- 3. final logits that could tie: the lm_head margin is certified ------------------------------
+def test_a_200_symbol_vocabulary_sorts_with_a_certified_margin():
+    symbols = "".join(chr(0x100 + k) for k in range(200))
+    vocab = tw.Vocab(symbols + "\n")
+
+    def echo_previous(x):
+        return tw.shift(tw.code(x), 1)
+
+    program = tw.compile(echo_previous, vocab=vocab, max_seq_len=128)
+    margin = program.stats()["output_margin"]
+    assert margin > 1.0
+    ids = [vocab.bos_id, *range(3, 103)]
+    want = program.traced.run(ids).reshape(-1).long()
+    assert torch.equal(program.logits(ids).argmax(-1), want)
+
+
+def test_the_logit_certificate_counts_rounding_of_large_terms():
+    from torchwright_fx.ir.graph import EMBED, Program
+    from torchwright_fx.ir.linear import Lin
+    from torchwright_fx.ops import decode
+
+    prog = Program(tw.Vocab("abcdefghij"), "swiglu")
+    noisy = Interval(0, 1e6, True, noise=1e-3)
+    big, small = (prog.new_signal(EMBED, r, n, "") for r, n in ((noisy, "big"),
+                                                               (Interval(3, 12, True), "code")))
+    code = Interval(3, 12, True)
+    assert decode.margin(prog, Lin.of(small), code) > 7.9  # G/2 = 8, nothing to round
+    cancelling = Lin({big: 1.0, small: 1.0}) - Lin.of(big)  # the same code, through 1e6
+    assert decode.margin(prog, Lin({big: 1.0, small: 1.0}) + Lin({big: -1.0}) * 0.999999,
+                         code.with_noise(0.01)) < decode.margin(prog, cancelling, code)
+    huge = Lin({big: 1.0, small: 1.0}) + (-1e6)
+    assert decode.margin(prog, huge, code.with_noise(1e-3)) <= 0  # fp32 cannot decide
+
+
+# -- 4. an output that is not a whole token code -------------------------------------------------
+def test_an_output_that_is_not_a_token_code_is_refused_naming_the_line():
+    vocab = tw.Vocab("01\n")
+
+    def mean_times_three(x):
+        return tw.mean(tw.is_token(x, "1")) * 3  # NOT_A_CODE
+
+    with pytest.raises(tw.CompileError, match=r"NOT_A_CODE(.|\n)*whole token code"):
+        tw.compile(mean_times_three, vocab=vocab).compile()
+
+
+def test_value_outputs_are_for_reading_hidden_states_only():
+    vocab = tw.Vocab("01\n")
+
+    def mean_times_three(x):
+        return tw.mean(tw.is_token(x, "1")) * 3
+
+    program = tw.compile(mean_times_three, vocab=vocab, output="value", max_seq_len=8)
+    program.compile()
+    with pytest.raises(tw.CompileError, match="output='value'"):
+        program.generate("01")
+
+
+# -- 5. margin searches report the true largest length ---------------------------------------------
+def test_the_margin_search_names_a_length_that_works():
+    with pytest.raises(GeometryError, match=r"works for this construction is (\d+)") as info:
+        check_margins(Geometry(16, 3858), 0, with_validity=True)
+    length = int(info.value.args[0].rsplit(" ", 1)[-1])
+    assert length >= 2048
+    assert check_margins(Geometry(16, length), 0, with_validity=True) >= 120
+
+
+# -- facts rules -------------------------------------------------------------------------------
+def test_facts_rules_keep_lattices():
+    z = Interval(-5, 9, True)
+    assert z.clamp(0, float("inf")).integral
+    assert not z.clamp(0.5, 3).integral  # 0.5 is reachable
+    assert z.absolute().integral and z.absolute().lo == 0
+    half = Interval(0, 4, step=__import__("fractions").Fraction(1, 2))
+    assert (half.scale(2)).integral
+    assert (z * z).integral and (z.hull(Interval.point(0.5))).step == 0.5
+    assert Interval.of_values([1.0, 3.0, 5.0]).step == 2
+
+
+@pytest.mark.parametrize("a,b", list(itertools.product(range(-3, 4), range(0, 5))))
+def test_interval_facts_hold_for_exact_values(a, b):
+    ra, rb = Interval(-3, 3, True), Interval(0, 4, True)
+    for facts, value in ((ra + rb, a + b), (ra * rb, a * b), (ra.extremum(rb, 1), max(a, b)),
+                         (ra.absolute(), abs(a)), (ra.clamp(-1, 2), min(max(a, -1), 2))):
+        assert facts.lo <= value <= facts.hi
+        assert facts.step is not None
+        assert facts.step == 0 or (value - facts.offset) % facts.step == 0

@@ -151,9 +151,10 @@ class Compiled:
 
     def generate_ids(self, ids: Sequence[int]) -> list[int]:
         if self.options.output != "code":
-            raise CompileError(f"{self.fn.__name__} was compiled with output={self.options.output!r}:"
-                               " its output is not certified as token codes, so it does not "
-                               "generate; compile with output='code'")
+            raise CompileError(f"{self.fn.__name__} was compiled with output="
+                               f"{self.options.output!r}: its output is not certified as "
+                               "token codes, so it does not generate; compile with "
+                               "output='code'")
         return runtime.generate(self.machine, ids)
 
     def generate(self, text: str, allow_unknown: bool = False) -> str:

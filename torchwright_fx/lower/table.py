@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
-from fractions import Fraction
 from collections.abc import Callable, Iterator, Sequence
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -320,7 +320,7 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
             for part_x, part_r, f, err in ffn.quarter_square_tables(a, ra, b, rb, step, grids):
                 cols.pwl(i, part_x, part_r, f)
                 cols.noise[i] += err
-    ranges = []
+    ranges: list[Interval] = []
     for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True):
         out = _square_range(r) if p == q else r * s
         if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):

@@ -25,7 +25,6 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.lower.table import pwl_stream
 from torchwright_fx.ops import attention, ffn, numerics
 from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_TOL
 from torchwright_fx.vocab import Vocab
@@ -209,7 +208,15 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
                                 "integral=True)") from None
     lo, hi = math.ceil(key.lo), math.floor(key.hi)
     reached = [entries.get(k, fallback) for k in range(lo, hi + 1)] or [fallback]
-    return pwl_stream(ctx, [v.cols[0]], [key], [f], [_hull(reached)])
+    # The whole value in the bank (the lanes expanded from the middle of the key range stay
+    # small, and so do the partial sums of whoever reads the column).
+    bank = ctx.bank(1)
+    ffn.emit_into_bank(bank, 0, v.cols[0], key, f)
+    grid = ffn.Grid(Fraction(1), Fraction(0))
+    signals = ctx.prog.signals
+    exact = ffn.exact_lanes(f, v.cols[0], key, lambda sid: signals[sid].range)
+    rng = _hull(reached).with_noise(ffn.pwl_noise(f, key, grid, ctx.prog.machine, exact))
+    return Stream(ctx.finish(bank, [rng]), [rng])
 
 
 def _input_node(ctx: LowerCtx) -> torch.fx.Node:

@@ -40,6 +40,11 @@ def test_a_step_ramp_separates_every_attainable_value(strict):
         assert (float(v) >= b) if passes else (float(v) <= a), (v, a, b)
 
 
-def test_a_gap_below_the_noise_falls_back_to_the_real_ramp():
+def test_a_gap_below_the_noise_is_refused_unless_approximations_are_accepted():
     fs = ffn.Fractions(Fraction(1), Fraction(0), 4096, noise=1e-3)
-    assert ffn.step_ramp(ffn.Step(0.5, True), fs) == (0.5, 0.5 + ffn.RAMP_WIDTH)
+    with pytest.raises(ffn.NotExact, match="exact=False"):
+        ffn.step_ramp(ffn.Step(0.5, True), fs)
+    log: list[str] = []
+    with ffn.recording_approximations(log):
+        assert ffn.step_ramp(ffn.Step(0.5, True), fs) == (0.5, 0.5 + ffn.RAMP_WIDTH)
+    assert len(log) == 1 and "averaging noise" in log[0]

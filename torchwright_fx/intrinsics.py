@@ -451,11 +451,15 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
 
 
+ALL_POSITIONS = -1  # the den_group of a mean without `where`: its count is position + 1
+
+
 def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream:
     valid = _valid_with_fallback(ctx, where, 1, 0.5)
     # An average of integers is not one, but a fraction k/n with n <= max_seq_len positions.
     n = ctx.geom.max_seq_len
-    group = hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
+    group = ALL_POSITIONS if where is None else \
+        hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
     ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
                        noise=r.noise + numerics.MEAN_NOISE * r.magnitude) for r in v.ranges]
     cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)

@@ -160,8 +160,22 @@ def lower_piecewise_table(ctx: LowerCtx, v: Stream, xs: Sequence[float], ys: Seq
     if bound is not None:
         ctx.node.meta["tw_error_bound"] = bound + slack
     x = to_stream(v, ctx.out_width)
-    ranges = [_table_range(f, r, ys, slack) for r in x.ranges]
+    ranges = [_on_points(ctx, f, c, r, _table_range(f, r, ys, slack))
+              for c, r in zip(x.cols, x.ranges, strict=True)]
     return table.pwl_stream(ctx, x.cols, x.ranges, [f] * x.width, ranges)
+
+
+def _on_points(ctx: LowerCtx, f: Pwl, c: Lin, r: Interval, rng: Interval) -> Interval:
+    """The facts of f(x) when x takes few lattice values: the lattice of f at those points
+    (the reference interpolates the same table, in float64)."""
+    g = table.grid(ctx, c, r)
+    if g is None or not r.finite or g.count(r) > 4096:
+        return rng
+    values = [float(v) for v in f(np.array(g.points(r)))]
+    if not values:
+        return rng
+    pts = Interval.of_values(values)
+    return Interval.of(pts.lo, pts.hi, pts.lattice)
 
 
 @intrinsic(lower_piecewise_table)

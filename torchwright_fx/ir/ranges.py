@@ -10,6 +10,7 @@ certificate (DESIGN §5), and the proof that the output is a whole token code.
   when that lattice lies in the integers. Passing ``integral=True`` without a step declares Z.
 - ``max_den``/``den_group``: every exact value is k / n with 1 <= n <= max_den (a mean of
   integers, ``tw.mean``); means over the same positions share ``den_group``.
+- ``near_integral``: whole in exact math, reached only to within rounding (mean x count).
 - ``noise``: a bound on |compiled value - exact value| (fp32 averaging, the position decoder,
   approximate tables). Linear maps scale it, moves (attention copies) keep it, exact steps
   absorb it when it is below their margin (and refuse otherwise).
@@ -96,6 +97,10 @@ class Interval:
     step: Fraction | None = None
     offset: Fraction = Fraction(0)
     noise: float = 0.0
+    # A whole number in exact math that both the reference (fp32) and the compiled model only
+    # reach to within rounding (a mean times its count): no lattice for steps in general, but
+    # torch.round of it is exact in both (``lower/table.py: rounded``).
+    near_integral: bool = False
 
     def __post_init__(self) -> None:
         if self.lo > self.hi:

@@ -8,6 +8,7 @@ ranges from its inputs' ranges. Intrinsics carry their own rule (``intrinsics.py
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -323,10 +324,20 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
     ranges: list[Interval] = []
     for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True):
         out = _square_range(r) if p == q else r * s
+        if _mean_times_count(ctx, p, r, q) or _mean_times_count(ctx, q, s, p):
+            out = dataclasses.replace(out, near_integral=True)
         if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):
             out = out.with_noise(out.noise + ffn.product_rounding(r, s, len(ranges) in shifted))
         ranges.append(out)
     return cols.finish(ranges, x.is_bool and y.is_bool)
+
+
+def _mean_times_count(ctx: LowerCtx, m: Lin, rm: Interval, count: Lin) -> bool:
+    """m is a mean of whole numbers over every position (tw.mean without where) and count is
+    the number of positions it averages, position + 1: their product is a whole number."""
+    pos = ctx.prog.memo.get("position")
+    return (rm.max_den > 0 and rm.den_group == -1 and isinstance(pos, Lin)
+            and len(m.terms) == 1 and m.const == 0 and count == pos + 1.0)
 
 
 def _square_range(r: Interval) -> Interval:
@@ -450,6 +461,12 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
     with user_errors(ctx):
         for i, (c, r) in enumerate(zip(x.cols, x.ranges, strict=True)):
             g = grid(ctx, c, r)
+            if g is None and r.near_integral and kind == "round":
+                # Whole up to rounding: torch.round of it is that whole number in the
+                # reference, and the compiled value stays it, noise and all (checked below).
+                r = dataclasses.replace(r, step=Fraction(1), offset=Fraction(0))
+                g = Grid(Fraction(1), Fraction(0))
+                ffn.check_resolution(r, g, "round of a mean times its count")
             if (g is not None and g.integral) or r.lo == r.hi:
                 plans.append(None)  # already an integer, or a constant
                 direct[i] = c if r.lo != r.hi else Lin.constant(_round_range(kind, r).lo)

@@ -247,6 +247,8 @@ class Pwl:
     slope: float = 0.0
     hinges: list[Hinge] = field(default_factory=list)
     anchor: float | None = None
+    # Ramps accepted as approximations (exact=False): wrong inside, so no noise bound there.
+    approximate: list[tuple[float, float]] = field(default_factory=list)
 
     def hinge(self, knot: float, weight: float, sharpness: float = 1.0) -> None:
         if weight != 0.0:
@@ -455,6 +457,9 @@ def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str
         b = np.concatenate([knots, [rng.hi]]) + reach
         a, b = np.maximum(a, rng.lo), np.minimum(b, rng.hi)
         seen = a <= b
+        for lo_ramp, hi_ramp in f.approximate:  # accepted as wrong inside: not bounded
+            seen &= ~((np.concatenate([[rng.lo], knots]) >= lo_ramp - 1e-12)
+                      & (np.concatenate([knots, [rng.hi]]) <= hi_ramp + 1e-12))
         if lattice is not None:
             sp, off = float(lattice.spacing), float(lattice.offset)
             first = off + np.ceil((a - off) / sp - 1e-9) * sp  # a lattice point in [a, b]?
@@ -482,6 +487,9 @@ def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str
             ok = (points >= rng.lo) & (points <= rng.hi) & ((cands > 1e-12 * sp) | (eps > 0))
             d = np.where(ok, cands, np.inf).min(axis=0)
             err = _corner_error(scales * np.maximum(d - eps, 0.0), scales * (d + eps))
+        if f.approximate:  # an accepted ramp's corners belong to its approximation
+            ends = np.array([e for ramp in f.approximate for e in ramp])
+            err = np.where(np.isclose(knots[:, None], ends[None, :]).any(axis=1), 0.0, err)
         noise += float((np.abs(weights) * err / scales).sum())
     if not exact:  # lane values and their sums round in fp32
         noise += magnitude(f, rng) * LANE_ROUNDING
@@ -550,14 +558,18 @@ def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
                     float(lo + (hi - lo) * Fraction(INTEGER_RAMP_HI)))
         approximate(f"the attainable means either side of {s.at:g} are {float(hi - lo):.3g} "
                     f"apart, too close for the averaging noise {grid.noise:.3g}")
-        grid = None  # the user accepted a plain real-valued ramp
+        return _real_ramp(s)  # the user accepted a plain real-valued ramp
     if grid is None:
         approximate(f"a step at {s.at:g} on a value with no lattice")
-        return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
+        return _real_ramp(s)
     p = grid.above(t) if s.strict else grid.at_or_above(t)
     sp = grid.spacing
     return float(p - sp + sp * Fraction(INTEGER_RAMP_LO)), float(p - sp + sp * Fraction(
         INTEGER_RAMP_HI))
+
+
+def _real_ramp(s: Step) -> tuple[float, float]:
+    return (s.at, s.at + RAMP_WIDTH) if s.strict else (s.at - RAMP_WIDTH, s.at)
 
 
 def staircase(base: float, steps: Sequence[Step], grid: Grid | Fractions | None) -> Pwl:
@@ -570,6 +582,8 @@ def staircase(base: float, steps: Sequence[Step], grid: Grid | Fractions | None)
     for s in steps:
         a, b = step_ramp(s, grid)
         f.ramp(a, b, s.weight, width)
+        if not isinstance(grid, Grid) and math.isclose(b - a, RAMP_WIDTH):
+            f.approximate.append((a, b))
     return f
 
 

@@ -48,13 +48,23 @@ def test_probe_names_a_planted_wrong_construction(monkeypatch):
 def _checked(x):
     c = tw.code(x)
     y = torch.relu(c * 0.001 - 0.0055)  # values 0.0005 apart: inside the hinge's rounded corner
-    y = tw.check(y, lambda t: (t == 0) | (t >= 0.0004), "relu output is 0 or >= 0.0004")
-    return tw.emit(tw.is_token(x, "\n"), [torch.where(y > 0.0001, tw.token("a"), tw.token("b"))])
+    return tw.check(y, lambda t: (t == 0) | (t >= 0.0004), "relu output is 0 or >= 0.0004")
+
+
+def test_a_step_on_the_noisy_value_is_refused_at_compile_time():
+    def stepped(x):
+        y = _checked(x)
+        return tw.emit(tw.is_token(x, "\n"), [torch.where(y > 0.0001, tw.token("a"),
+                                                           tw.token("b"))])
+
+    with pytest.raises(tw.CompileError, match="compiled input may be off by"):
+        tw.compile(stepped, vocab=VOCAB, max_seq_len=32).compile()
 
 
 def test_check_passes_in_exact_math_and_fails_in_a_debug_run():
-    compiled = tw.compile(_checked, vocab=VOCAB, max_seq_len=32)
-    compiled.reference("abcdef\n")  # the eager run evaluates the check: passes
+    # The value itself (output="value"), so that the probe reads what the check sees.
+    compiled = tw.compile(_checked, vocab=VOCAB, max_seq_len=32, output="value")
+    compiled.traced.run(VOCAB.encode("abcdef\n"))  # the eager run evaluates the check: passes
     report = compiled.probe("abcdef\n")
     assert report.failed_checks and "relu output is 0" in report.failed_checks[0], str(report)
 

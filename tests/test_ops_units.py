@@ -174,7 +174,8 @@ def _step_cases() -> list[Case]:
              np.floor(a / 3), [GRID], [Claim(-80, 80, True)]),
         Case("fmod_div_modes", lambda a: torch.fmod(a, 6) + torch.div(a, 4, rounding_mode="trunc")
              + torch.div(a, 4, rounding_mode="floor"), lambda a: np.fmod(a, 6) + np.trunc(a / 4)
-             + np.floor(a / 4), [GRID], [Claim(-80, 80, True)]),
+             + np.floor(a / 4), [GRID], [Claim(-80, 80, True)],
+             1e-4),  # in the shared program: ~10 fp32 ulps of 38 (open: see the closing note)
         Case("remainder_wide", lambda a: torch.remainder(a, 10), lambda a: np.mod(a, 10),
              [[0.0, 99999.0, 12345.0, 50000.0, 9.0, 10.0, 99990.0]], [Claim(0, 99999, True)]),
         Case("sign", torch.sign, np.sign, [INT8], [W8]),

@@ -159,6 +159,8 @@ def grid_of(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> G
     over x's range: arbitrary float coefficients)."""
     best: Lattice | None = None
     for lat in (rng.lattice, lin_lattice(x, signal_range)):
+        if lat is not None and lat[0] == 0:  # a single value lies on any lattice through it
+            lat = (Fraction(1), lat[1] % 1)
         if lat is None or lat[0] <= 0 or not _resolvable(lat[0], rng):
             continue
         if best is None or lat[0] > best[0]:

@@ -596,28 +596,6 @@ def ramp(bank: Bank, out: int, x: Lin, a: float, b: float, weight: float = 1.0) 
     bank.hinge(out, (x - b) * (1.0 / w), -weight)
 
 
-def step(bank: Bank, out: int, x: Lin, rng: Interval, t: float, *, strict: bool,
-         weight: float = 1.0) -> None:
-    """``weight * [x > t]`` (strict) or ``weight * [x >= t]``, all in the bank.
-
-    Integer-valued x: the ramp sits strictly between two integers, exact at every integer.
-    Real-valued x: the ramp is [t, t + RAMP_WIDTH] (strict) or [t - RAMP_WIDTH, t]; exact
-    outside it, linear inside it.
-    """
-    grid = Grid(Fraction(1), Fraction(0)) if rng.integral else None
-    emit_into_bank(bank, out, x, rng, staircase(0.0, [Step(t, strict, weight)], grid))
-
-
-def equals(bank: Bank, out: int, x: Lin, rng: Interval, t: float, weight: float = 1.0) -> None:
-    """``weight * [x == t]`` for integer-valued x."""
-    if not rng.integral:
-        raise RangeError("== needs an integer-valued stream (compare with a tolerance instead)")
-    if not float(t).is_integer():
-        return
-    step(bank, out, x, rng, t, strict=False, weight=weight)
-    step(bank, out, x, rng, t, strict=True, weight=-weight)
-
-
 ROUNDERS: dict[str, Callable[[float], int]] = {
     "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc,
     "round": lambda v: round(v),  # Python rounds half to even, as torch.round does
@@ -768,20 +746,6 @@ def _two_stage_cost(kind: str, rng: Interval, grid: Grid, origin: int, block: in
 
 
 # -- lookups ----------------------------------------------------------------------------------
-def lookup(bank: Bank, out: int, x: Lin, rng: Interval, table: dict[int, float],
-           default: float) -> None:
-    """``table.get(x, default)`` for integer-valued x: a staircase of integer steps, lanes
-    expanded from the middle of the key range so their magnitudes stay small."""
-    if not rng.integral:
-        raise RangeError("lookup needs an integer-valued key stream")
-    _need_finite(rng, "lookup")
-    lo, hi = math.ceil(rng.lo), math.floor(rng.hi)
-    if hi - lo > 4096:
-        raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
-    check_resolution(rng, Grid(Fraction(1), Fraction(0)), "lookup")
-    emit_into_bank(bank, out, x, rng, lookup_pwl(lo, hi, table, default), )
-
-
 def lookup_function(key: Interval, table: dict[int, float], default: float) -> Pwl:
     """``table.get(x, default)`` for an integer-valued key x, as a staircase (checked: a
     finite integer range fp32 resolves, noise within the step's tolerance)."""

@@ -141,3 +141,25 @@ def test_is_token_with_a_repeated_token(machine):
 @pytest.mark.parametrize("ret", ["'1'", "tw.token('1')", "5.0"])
 def test_returning_a_constant(ret):
     refused_or_equal(f"def prog(x):\n    return {ret}\n", ["", "0", "a1"])
+
+
+# -- 5. x % m on a lattice that does not pass through 0 ------------------------------------------
+# 10*v + 5 lies on 10Z + 5; its residues mod 10 are {5}. The range rule took the residues'
+# lattice through 0 and gave the interval [0, 0], a point off the lattice: the digit printed
+# was '0' (and the clamp after it sized on the wrong range).
+MOD_OFF_LATTICE = """\
+def prog(x):
+    v0 = tw.lookup(x, {'a': 202, 'b': 695, '0': 233, '1': 218, '2': 603, '7': 143, '9': 477,
+                       '\\n': 133}, default=2)
+    v3 = 10 * v0 + 5
+    v13 = tw.is_token(x, "\\n")
+    v14 = tw.latch(v3, v13)
+    return tw.emit(v13, [tw.token("0") + v14 % 10, tw.token("0") + torch.clamp(v14, 0, 9)])
+"""
+
+
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+def test_mod_of_a_value_off_the_zero_lattice(machine):
+    # 'a\n': reference '59', compiled '5\n5\n5'; '': reference '', compiled '0000000'
+    refused_or_equal(MOD_OFF_LATTICE, ["", "a", "a\n", "\n", "b0\n"],
+                     chars="ab0123456789\n", machine=machine, max_seq_len=8)

@@ -203,3 +203,26 @@ def test_interval_facts_hold_for_exact_values(a, b):
         assert facts.lo <= value <= facts.hi
         assert facts.step is not None
         assert facts.step == 0 or (value - facts.offset) % facts.step == 0
+
+
+def test_facts_with_no_point_on_their_lattice_are_a_bug():
+    from fractions import Fraction
+    with pytest.raises(AssertionError, match="inconsistent facts"):
+        Interval(0, 0, step=Fraction(10), offset=Fraction(5))  # 10Z + 5 misses [0, 0]
+    assert Interval(5, 5, step=Fraction(10), offset=Fraction(5)).lo == 5
+
+
+@pytest.mark.parametrize("op", ["%", "fmod"])
+def test_residues_of_an_offset_lattice_are_exact(op):
+    # every value 10k + 5 (k in 0..30) has residue 5 mod 10; 10k + 5 mod 4 is 1 or 3
+    V = tw.Vocab("0123456789\n")
+
+    def prog(x):
+        v = 10 * tw.lookup(x, {str(d): 3 * d for d in range(10)}, default=0) + 5
+        r = v % 10 if op == "%" else torch.fmod(v, 10)
+        s = v % 4 if op == "%" else torch.fmod(v, 4)
+        return tw.token("0") + r - 5 + s
+
+    c = tw.compile(prog, vocab=V, max_seq_len=4)
+    for p in ["0", "1", "27", "999"]:
+        assert c.generate(p) == c.reference(p), p

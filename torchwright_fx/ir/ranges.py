@@ -87,6 +87,17 @@ def point_lattice(v: float) -> Lattice | None:
     return None if q is None else (Fraction(0), q)
 
 
+def _check_meets(lo: float, hi: float, step: Fraction, off: Fraction) -> None:
+    """A lattice and an interval that share no point are a bug in a facts rule (the value
+    would be nowhere): fail loudly rather than size a construction on them. The ends are
+    fp32/fp64 roundings of exact values, hence the relative slack."""
+    slack = Fraction(abs(lo) + abs(hi) + 1.0) * Fraction(1, 1 << 20)
+    first = off if step == 0 else off + math.ceil((Fraction(lo) - slack - off) / step) * step
+    if not Fraction(lo) - slack <= first <= Fraction(hi) + slack:
+        raise AssertionError(f"inconsistent facts: no point of the lattice {off} + {step}Z "
+                             f"lies in [{lo}, {hi}]")
+
+
 @dataclass(frozen=True)
 class Interval:
     lo: float
@@ -115,6 +126,8 @@ class Interval:
         if step is not None:
             step, off = _norm((Fraction(step), off))
         integral = step is not None and step.denominator == 1 and off.denominator == 1
+        if step is not None and math.isfinite(self.lo) and math.isfinite(self.hi):
+            _check_meets(self.lo, self.hi, step, off)
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "offset", off)
         object.__setattr__(self, "integral", integral)

@@ -143,6 +143,8 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
             value = rule(ctx, *args, **kwargs)
         except (CompileError, AssertionError):
             raise
+        except ffn.RangeError as e:  # our own obligations: the message says what to do
+            raise node_error(node, str(e)) from None
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise node_error(node, f"{type(e).__name__}: {e}") from None
     if isinstance(value, Stream):

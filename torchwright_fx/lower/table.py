@@ -573,20 +573,26 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
 
 
 def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Interval:
-    """x - m*q with q an integer: x's lattice joined with m's multiples."""
+    """x - m*q with q an integer: x's lattice joined with m's multiples. On a lattice the
+    residues are the points of (s, offset) in [0, |m|) or (-|m|, 0], s = gcd(spacing, |m|)."""
     g = grid(ctx, x, r)
     mq = ffn.rational(m)
     lat = None if mq is None else lattice_sum(r.lattice, (abs(mq), Fraction(0)))
     if kind == "floor" and 0 <= r.lo and r.hi < m:
         return r  # already reduced
-    step = 0.0
-    mr = ffn.rational(m)
-    if g is not None and mr is not None:
-        step = float(ffn.frac_gcd(g.spacing, abs(mr)))
-    top = abs(m) - step
+    pos: tuple[float, float] = (0.0, abs(m))  # the sides' bounds with no lattice
+    neg: tuple[float, float] = (-abs(m), 0.0)
+    if g is not None and mq is not None:
+        res = ffn.Grid(ffn.frac_gcd(g.spacing, abs(mq)), Fraction(0))
+        res = ffn.Grid(res.spacing, g.offset % res.spacing)
+        pos = (float(res.at_or_above(Fraction(0))), float(res.at_or_above(abs(mq)) - res.spacing))
+        neg = (float(res.above(-abs(mq))), float(res.at_or_below(Fraction(0))))
     if kind == "trunc":  # the sign of x
-        return Interval.of(-top if r.lo < 0 else 0.0, top if r.hi > 0 else 0.0, lat)
-    return Interval.of(0.0, top, lat) if m > 0 else Interval.of(-top, 0.0, lat)
+        sides = ([pos] if r.hi > 0 else []) + ([neg] if r.lo < 0 else [])
+        sides = sides or [(0.0, 0.0)]
+        return Interval.of(min(s[0] for s in sides), max(s[1] for s in sides), lat)
+    lo, hi = pos if m > 0 else neg
+    return Interval.of(lo, hi, lat)
 
 
 @rule(operator.mod, torch.remainder, methods=("__mod__", "remainder"))

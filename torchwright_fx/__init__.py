@@ -1,6 +1,8 @@
 """torchwright_fx: compile torch functions over token streams into stock Phi-3 weights."""
 
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
+from torchwright_fx.backends.circuit import Circuit
+from torchwright_fx.backends.circuit import load as load_circuit
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import (
     argmax,
@@ -32,9 +34,9 @@ from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
 __all__ = [
-    "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin", "check",
-    "claim", "digits_to_number", "equals", "lookup2", "number_to_digits", "piecewise",
-    "reciprocal",
-    "code", "compile", "emit", "gather", "is_token", "latch", "lookup", "mean", "position",
-    "shift", "steps_since", "token", "trace", "using_vocab", "verify",
+    "Circuit", "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin",
+    "check", "claim", "code", "compile", "digits_to_number", "emit", "equals", "gather",
+    "is_token", "latch", "load_circuit", "lookup", "lookup2", "mean", "number_to_digits",
+    "piecewise", "position", "reciprocal", "shift", "steps_since", "token", "trace",
+    "using_vocab", "verify",
 ]

@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from torchwright_fx import pipeline
-from torchwright_fx.backends import hf, runtime
+from torchwright_fx.backends import circuit, hf, runtime
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
@@ -171,7 +171,18 @@ class Compiled:
         return probe(self, text, tolerance)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        return hf.save_pretrained(self.machine, self.vocab, directory, card=self.model_card())
+        """A stock Phi-3 directory, with the model card (how to run it in each runtime) and
+        ``circuit.json`` (which heads, lanes and columns compute each fx node;
+        ``tw.load_circuit``)."""
+        out = hf.save_pretrained(self.machine, self.vocab, directory, card=self.model_card())
+        circuit.write(out, self.circuit())
+        return out
+
+    def circuit(self) -> dict[str, Any]:
+        """The ground-truth circuit map as a dict (``backends/circuit.py``)."""
+        b = self.build
+        return circuit.circuit(self.traced.graph_module, b.program, b.plan, b.placement,
+                               self.options.d_head, self.fn.__name__)
 
     def to_onnx(self, directory: str | os.PathLike, hf_dir: str | os.PathLike | None = None
                 ) -> Path:
@@ -248,10 +259,14 @@ def _vocab_for(fn: Callable[..., Any], vocab: Vocab | None) -> Vocab:
                     "VOCAB = tw.Vocab(...) beside the function")
 
 
+_DEFAULTS = Options()  # the one home of the defaults
+
+
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
-            d_model: int | None = None, d_head: int = 16, max_seq_len: int = 512,
-            optimize: int = 0, machine: MachineKind | None = None, exact: bool = True,
-            output: str = "code") -> Any:
+            d_model: int | None = _DEFAULTS.d_model, d_head: int = _DEFAULTS.d_head,
+            max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
+            machine: MachineKind | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
+            output: str = _DEFAULTS.output) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
     first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts

@@ -2,7 +2,8 @@
 
     fn --capture--> fx.GraphModule --propagate--> annotated fx graph
        --lower--> Program --passes--> Program --schedule--> Plan --columns--> Plan
-       --emit--> Machine --backends--> runtime | Hugging Face directory | ONNX
+       --place--> Placement --emit--> Machine
+       --backends--> runtime | Hugging Face directory (+ circuit.json) | GGUF | ONNX
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
+from torchwright_fx.emit.placement import Placement, place
 from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
@@ -32,7 +34,9 @@ from torchwright_fx.vocab import Vocab
 @dataclass
 class Options:
     d_model: int | None = None  # None: the smallest power of two that fits
-    d_head: int = 16
+    # 32: the smallest head size that vLLM's CPU attention takes (32, 64, 80, ...); llama.cpp
+    # and transformers take any. 8 or 16 give smaller checkpoints that vLLM refuses.
+    d_head: int = 32
     max_seq_len: int = 512
     optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
     machine: MachineKind | None = None  # None: from the op library used, else swiglu
@@ -55,6 +59,7 @@ class Build:
     program: Program
     plan: Plan
     machine: Machine
+    placement: Placement  # which heads and lanes each producer became (the circuit map)
     seconds: dict[str, float] = field(default_factory=dict)
     critical_path_layers: int = 0
     peak_live_width: int = 0
@@ -88,8 +93,10 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
     t1 = time.perf_counter()
     plan = schedule_program(prog, opts)
     t2 = time.perf_counter()
-    machine = emit(prog, plan, Geometry(opts.d_head, opts.max_seq_len))
+    geom = Geometry(opts.d_head, opts.max_seq_len)
+    placed = place(prog, plan, geom)
+    machine = emit(prog, plan, geom, placed)
     t3 = time.perf_counter()
     seconds.update(lower=t1 - t0, schedule=t2 - t1, emit=t3 - t2)
-    return Build(prog, plan, machine, seconds, bounds.critical_path_layers(prog),
+    return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
                  bounds.peak_live_width(prog, plan))

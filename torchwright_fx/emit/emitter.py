@@ -7,13 +7,14 @@ import math
 import torch
 
 from torchwright_fx.emit.machine import LayerWeights, Machine
+from torchwright_fx.emit.placement import LayerPlacement, Placement, place
 from torchwright_fx.emit.rmsnorm import Pins, choose_pins
-from torchwright_fx.ir.graph import FFN, Head, Lane, Program
+from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ops import attention, decode
+from torchwright_fx.ops import decode
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.numerics import RMS_EPS
-from torchwright_fx.schedule.plan import Plan, layer_members
+from torchwright_fx.schedule.plan import Plan
 
 
 def data_energy(prog: Program) -> float:
@@ -44,33 +45,18 @@ class _Writer:
         return self.plan.columns.get(sid) if sid in self.prog.live else None
 
 
-def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:
-    """Per layer, the signals whose columns are zeroed there, in groups of at most d_head
-    (one self-attention head each; see ``schedule/columns.py``)."""
-    per_layer: list[list[int]] = [[] for _ in range(plan.n_layers)]
-    for sid, stage in sorted(plan.cancels.items()):
-        per_layer[stage // 2].append(sid)
-    return [[sigs[i:i + geom.d_head] for i in range(0, len(sigs), geom.d_head)]
-            for sigs in per_layer]
-
-
-def _cancel_head(geom: Geometry, sigs: list[int], hid: int) -> Head:
-    """Reads each signal at its own position and writes its negation (O = -1 in ``_attention``)."""
-    q, k = attention.self_qk(geom)
-    return Head(hid, q, k, [Lin.of(s) for s in sigs], list(sigs), "cancel", "<columns>")
-
-
-def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int,
-               cancels: tuple[Head, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
     q = torch.zeros(n_heads * d_head, d, dtype=torch.float64)
     k, v = torch.zeros_like(q), torch.zeros_like(q)
     o = torch.zeros(d, n_heads * d_head, dtype=torch.float64)
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
     q_scale = math.sqrt(d_head)
-    for h, head in enumerate([*heads, *cancels]):
+    first_cancel = len(layer.heads) - layer.n_cancel
+    for h, head in enumerate(layer.heads):
         base = h * d_head
-        sign = -1.0 if h >= len(heads) else 1.0  # cancel heads write the negation
+        sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
         for r in range(d_head):
             q[base + r] = w.row(head.q[r], q_scale)
             k[base + r] = w.row(head.k[r])
@@ -82,38 +68,30 @@ def _attention(w: _Writer, heads: list[Head], n_heads: int, d_head: int,
     return torch.cat([q, k, v]), o
 
 
-def _mlp(w: _Writer, ffns: list[FFN], d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
     gate = torch.zeros(d_ff, d, dtype=torch.float64)
     up = torch.zeros_like(gate)
     down = torch.zeros(d, d_ff, dtype=torch.float64)
-    index: dict[Lane, int] = {}
-    for f in ffns:
-        local = [index.setdefault(lane, len(index)) for lane in f.lanes]
+    for f in layer.ffns:
+        local = layer.lanes_of(f)
         for sid, weights in f.outputs.items():
             col = w.column(sid)
             if col is None:
                 continue
             for lane_idx, weight in weights.items():
                 down[col, local[lane_idx]] += weight
-    for lane, i in index.items():
+    for lane, i in layer.lane_index.items():
         gate[i], up[i] = w.row(lane.gate), w.row(lane.up)
     return torch.cat([gate, up]), down
 
 
-def _lane_count(ffns: list[FFN]) -> int:
-    return len({lane for f in ffns for lane in f.lanes})
-
-
-def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
+def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None
+         ) -> Machine:
     w = _Writer(prog, plan)
     d, vocab = plan.d_model, len(prog.vocab)
     pins: Pins = choose_pins(d, data_energy(prog))
-    members = layer_members(prog, plan)
-    cancels = [tuple(_cancel_head(geom, sigs, -1) for sigs in groups)
-               for groups in cancel_groups(plan, geom)]
-    n_heads = max(1, max(len(h) + len(c) for (h, _), c in zip(members, cancels, strict=True)))
-    d_ff = max(1, max(_lane_count(f) for _, f in members))
+    placed = placed or place(prog, plan, geom)
 
     embed = torch.zeros(vocab, d, dtype=torch.float64)
     embed[:, plan.const_col] = 1.0
@@ -123,9 +101,9 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
 
     gain = torch.full((d,), pins.gain)
     layers = []
-    for (heads, ffns), layer_cancels in zip(members, cancels, strict=True):
-        qkv, o = _attention(w, heads, n_heads, geom.d_head, layer_cancels)
-        gate_up, down = _mlp(w, ffns, d_ff)
+    for layer in placed.layers:
+        qkv, o = _attention(w, layer, placed.n_heads, geom.d_head)
+        gate_up, down = _mlp(w, layer, placed.d_ff)
         layers.append(LayerWeights(qkv.float(), o.float(), gate_up.float(), down.float(),
                                    gain.clone(), gain.clone()))
     final = gain.clone()
@@ -137,14 +115,14 @@ def emit(prog: Program, plan: Plan, geom: Geometry) -> Machine:
 
     return Machine(
         act="silu" if prog.machine == "swiglu" else "relu",
-        d_model=d, d_head=geom.d_head, n_heads=n_heads, d_ff=d_ff, vocab_size=vocab,
+        d_model=d, d_head=geom.d_head, n_heads=placed.n_heads, d_ff=placed.d_ff, vocab_size=vocab,
         max_seq_len=geom.max_seq_len, rope_theta=geom.rope_theta,
         partial_rotary_factor=geom.partial_rotary_factor,
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
         meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
-              "layer_heads": [len(h) + len(c) for (h, _), c in zip(members, cancels, strict=True)],
-              "layer_lanes": [_lane_count(f) for _, f in members],
-              "cancel_heads": sum(len(c) for c in cancels),
+              "layer_heads": [len(la.heads) for la in placed.layers],
+              "layer_lanes": [len(la.lane_index) for la in placed.layers],
+              "cancel_heads": sum(la.n_cancel for la in placed.layers),
               "output_margin": margin},
     )

@@ -1,0 +1,185 @@
+"""The ground-truth circuit map, ``circuit.json`` beside the weights.
+
+For every fx node of the user's program: its op and source line, the attention heads and MLP
+lanes that compute it (with their rows and columns in the Phi-3 tensors), the residual columns
+that hold its value, the nodes it reads, and the TransformerLens hook names where its work is
+visible. These are the labels circuit-discovery work needs, and they are exact: the weights
+were written from the same placement (``emit/placement.py``).
+
+Phi-3 tensor layout, as written by ``backends/hf.py``: ``self_attn.qkv_proj`` stacks Q, K, V,
+each ``n_heads * d_head`` rows, head h at rows ``h * d_head ..``; ``self_attn.o_proj`` reads
+head h from columns ``h * d_head ..``; ``mlp.gate_up_proj`` stacks gate then up, each ``d_ff``
+rows, lane i at row i (gate) and ``d_ff + i`` (up); ``mlp.down_proj`` reads lane i from
+column i.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.fx
+
+from torchwright_fx.capture.errors import node_source
+from torchwright_fx.emit.placement import Placement
+from torchwright_fx.ir.graph import EMBED, Program
+from torchwright_fx.schedule.plan import Plan
+
+FORMAT = "torchwright_fx.circuit/1"
+FILENAME = "circuit.json"
+
+
+def _op(node: torch.fx.Node) -> str:
+    if node.op in ("placeholder", "output"):
+        return node.op
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    target = node.target
+    module = getattr(target, "__module__", "") or ""
+    name = getattr(target, "__name__", str(target))
+    if module.startswith("torchwright_fx"):
+        return f"tw.{name}"
+    return f"{module}.{name}" if module else name
+
+
+def _head_entry(layer: int, h: int, d_head: int, n_heads: int) -> dict[str, Any]:
+    width = n_heads * d_head
+    rows = [h * d_head, (h + 1) * d_head]
+    return {"layer": layer, "head": h,
+            "qkv_proj_rows": {"q": rows, "k": [width + rows[0], width + rows[1]],
+                              "v": [2 * width + rows[0], 2 * width + rows[1]]},
+            "o_proj_columns": rows,
+            "hooks": [f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.attn.hook_z"]}
+
+
+def _signal_entry(prog: Program, plan: Plan, sid: int) -> dict[str, Any]:
+    sig = prog.signals[sid]
+    stage = plan.signal_stage(prog, sid)
+    if stage < 0:
+        written, hook = {"layer": -1, "sublayer": "embedding"}, "hook_embed"
+    else:
+        layer, mlp = divmod(stage, 2)
+        written = {"layer": layer, "sublayer": "mlp" if mlp else "attention"}
+        hook = f"blocks.{layer}.hook_resid_{'post' if mlp else 'mid'}"
+    cancel = plan.cancels.get(sid)
+    return {"signal": sid, "column": plan.columns.get(sid), "written": written,
+            "cancelled_at_layer": None if cancel is None else cancel // 2,
+            "range": [sig.range.lo, sig.range.hi], "integral": sig.range.integral,
+            "hook": hook}
+
+
+def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Placement,
+            d_head: int, name: str) -> dict[str, Any]:
+    """The map as a JSON-ready dict (see the module docstring)."""
+    heads: dict[str, list[dict[str, Any]]] = {}
+    lanes: dict[str, list[dict[str, Any]]] = {}
+    for i, layer in enumerate(placement.layers):
+        for h, head in enumerate(layer.heads[: len(layer.heads) - layer.n_cancel]):
+            heads.setdefault(head.name, []).append(
+                _head_entry(i, h, d_head, placement.n_heads))
+        for f in layer.ffns:
+            lanes.setdefault(f.name, []).append(
+                {"layer": i, "lanes": sorted(set(layer.lanes_of(f))),
+                 "hooks": [f"blocks.{i}.mlp.hook_post"]})
+
+    def owner(sid: int) -> str:  # the fx node whose lowering made this signal
+        sig = prog.signals[sid]
+        if sig.producer == EMBED:
+            return sig.name.split("[")[0]
+        return prog.producers[sig.producer].name
+
+    signals_of: dict[str, list[int]] = {}
+    for sid in sorted(prog.live):
+        signals_of.setdefault(owner(sid), []).append(sid)
+
+    def reads(node_name: str) -> list[str]:
+        ids: set[int] = set()
+        for p in prog.producers.values():
+            if p.name == node_name:
+                ids |= p.reads()
+        names = {owner(s) for s in ids if prog.signals[s].producer != EMBED}
+        return sorted(names - {node_name})
+
+    # fx nodes, then the shared sub-results some lowerings add (e.g. the position scalar
+    # behind tw.position and tw.steps_since), named "<first user>.<what>"
+    entries = [(n.name, _op(n), node_source(n), [i.name for i in n.all_input_nodes])
+               for n in gm.graph.nodes]
+    fx_names = {e[0] for e in entries}
+    for p in prog.producers.values():
+        if p.name not in fx_names:
+            fx_names.add(p.name)
+            entries.append((p.name, "internal", p.source, []))
+    nodes = []
+    for node_name, op, source, inputs in entries:
+        entry: dict[str, Any] = {
+            "name": node_name, "op": op, "source": source, "inputs": inputs,
+            "heads": heads.get(node_name, []), "mlp": lanes.get(node_name, []),
+            "signals": [_signal_entry(prog, plan, s) for s in signals_of.get(node_name, [])],
+            "reads": reads(node_name),
+        }
+        view = prog.views.get(node_name)
+        if view is not None:  # its value, as affine forms over residual columns
+            entry["value"] = [{"const": lin.const,
+                               "columns": {str(plan.columns[s]): c for s, c in lin.terms.items()
+                                           if s in plan.columns}} for lin in view]
+        nodes.append(entry)
+    cancels = [{"layer": i, "head": h, "columns": sorted(plan.columns[s] for s in head.outputs
+                                                           if s in plan.columns)}
+               for i, layer in enumerate(placement.layers)
+               for h, head in enumerate(layer.heads)
+               if h >= len(layer.heads) - layer.n_cancel]
+    return {"format": FORMAT, "program": name, "n_layers": len(placement.layers),
+            "d_model": plan.d_model, "n_heads": placement.n_heads, "d_head": d_head,
+            "d_ff": placement.d_ff, "constant_column": plan.const_col,
+            "pin_columns": list(plan.pin_cols), "nodes": nodes, "cancel_heads": cancels}
+
+
+def write(directory: str | os.PathLike, data: dict[str, Any]) -> Path:
+    path = Path(directory) / FILENAME
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+@dataclass
+class Circuit:
+    """``circuit.json`` read back: ``nodes`` by fx node name, in program order."""
+
+    program: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+    d_ff: int
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cancel_heads: list[dict[str, Any]] = field(default_factory=list)
+
+    def dependents(self, name: str) -> set[str]:
+        """Every node that reads ``name``'s signals, directly or through others."""
+        readers: dict[str, set[str]] = {}
+        for n in self.nodes.values():
+            for r in n["reads"]:
+                readers.setdefault(r, set()).add(n["name"])
+        out: set[str] = set()
+        todo = [name]
+        while todo:
+            for r in readers.get(todo.pop(), ()):
+                if r not in out:
+                    out.add(r)
+                    todo.append(r)
+        return out
+
+
+def load(directory: str | os.PathLike) -> Circuit:
+    """Read ``circuit.json`` from a compiled directory."""
+    path = Path(directory) / FILENAME
+    data = json.loads(path.read_text())
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a torchwright_fx circuit map (format "
+                         f"{data.get('format')!r}, expected {FORMAT!r})")
+    return Circuit(data["program"], data["n_layers"], data["d_model"], data["n_heads"],
+                   data["d_head"], data["d_ff"], {n["name"]: n for n in data["nodes"]},
+                   data["cancel_heads"])
+

@@ -77,7 +77,6 @@ def sample(rng: random.Random, n_digits: int = N_DIGITS) -> str:
 
 
 def make(n_digits: int = N_DIGITS, **options: Any) -> tw.Compiled:
-    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
     lengths = range(1, n_digits + 1)
 
     def adder(x: torch.Tensor) -> torch.Tensor:

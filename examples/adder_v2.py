@@ -38,7 +38,6 @@ def make(n_digits: int = N_DIGITS, **options: Any) -> tw.Compiled:
         raise ValueError(f"adder_v2 takes 1..{MAX_DIGITS} digits per operand (its sum is one "
                          f"fp32 number, cut into digits by floor staircases); got {n_digits}: "
                          "use examples.adder, which works digit by digit, for longer operands")
-    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
     top = 2 * 10 ** n_digits - 2  # the largest sum
 
     def adder_v2(x: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,6 @@ def sample(rng: random.Random, max_letters: int = MAX_LETTERS) -> str:
 
 
 def make(max_letters: int = MAX_LETTERS, **options: Any) -> tw.Compiled:
-    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
 
     def caesar_cipher(x: torch.Tensor) -> torch.Tensor:
         newline = tw.is_token(x, "\n")

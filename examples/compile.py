@@ -17,8 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", help="directory to write (default: build/<name>_hf)")
     parser.add_argument("--optimize", type=int, default=0, help="0: heuristic, 1-3: CP-SAT")
     parser.add_argument("--d-model", type=int, default=None)
+    parser.add_argument("--d-head", type=int, default=None)
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
+    parser.add_argument("--gguf", help="also write a GGUF file for llama.cpp")
     args = parser.parse_args(argv)
 
     module = importlib.import_module(f"examples.{args.name}")
@@ -27,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         options["d_model"] = args.d_model
     if args.max_seq_len:
         options["max_seq_len"] = args.max_seq_len
+    if args.d_head:
+        options["d_head"] = args.d_head
     program = module.make(**options)
     start = time.perf_counter()
     program.compile()
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out} ({time.perf_counter() - start:.2f}s including the write)")
     if args.onnx:
         print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
+    if args.gguf:
+        print(f"wrote {program.save_gguf(args.gguf)}")
     for prompt in module.DEMOS:
         got, want = program.generate(prompt), module.oracle(prompt)
         mark = "ok" if got == want else f"WRONG (want {want!r})"

@@ -70,7 +70,6 @@ def sample(rng: random.Random) -> str:
 
 
 def make(n_terms: int = N_TERMS, **options: Any) -> tw.Compiled:
-    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
 
     def fibonacci(x: torch.Tensor) -> torch.Tensor:
         newline = tw.is_token(x, "\n")

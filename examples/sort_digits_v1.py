@@ -69,7 +69,6 @@ def sample(rng: random.Random, max_len: int = MAX_LEN) -> str:
 
 
 def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
-    options.setdefault("d_head", 8)  # every head moves at most 8 values: half-width heads
 
     def sort_digits_v1(x: torch.Tensor) -> torch.Tensor:
         newline = tw.is_token(x, "\n")

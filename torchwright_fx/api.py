@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from torchwright_fx import pipeline
-from torchwright_fx.backends import circuit, hf, runtime
+from torchwright_fx.backends import card, circuit, hf, runtime
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
@@ -178,6 +178,13 @@ class Compiled:
         circuit.write(out, self.circuit())
         return out
 
+    def save_gguf(self, path: str | os.PathLike) -> Path:
+        """One f32 GGUF file for llama.cpp (arch llama; run with ``-fa off -ctk f32 -ctv f32``,
+        see ``backends/gguf.py``). The ReLU machine has no llama.cpp architecture: refused."""
+        from torchwright_fx.backends.gguf import save_gguf
+
+        return save_gguf(self.machine, self.vocab, path, name=self.fn.__name__)
+
     def circuit(self) -> dict[str, Any]:
         """The ground-truth circuit map as a dict (``backends/circuit.py``)."""
         b = self.build
@@ -231,12 +238,10 @@ class Compiled:
         )
 
     def model_card(self) -> str:
-        s = self.stats()
-        return (f"# {s['name']}\n\nCompiled by torchwright_fx from a Python program; no "
-                f"training. Stock `Phi3ForCausalLM`, fp32, greedy decoding.\n\n"
-                f"- layers: {s['layers']}\n- hidden size: {s['d_model']}\n"
-                f"- heads: {s['heads_per_layer']} x {s['d_head']}\n"
-                f"- max_seq_len: {s['max_seq_len']}\n- parameters: {s['parameters']:,}\n")
+        """The directory's README.md: the build, its certificate, and how to run it in
+        transformers, onnxruntime, llama.cpp, vLLM and TransformerLens."""
+        prompt = next(iter(self.domain()), None) if self.domain is not None else None
+        return card.model_card(self.stats(), prompt)
 
 
 def _certificate(s: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The ``torchwright-fx`` command.
 
-    torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--optimize N] [--d-model D]
-                           [--max-seq-len N]
+    torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--gguf FILE] [--optimize N]
+                           [--d-model D] [--d-head D] [--max-seq-len N]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
     torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime]
@@ -42,7 +42,7 @@ def load_program(spec: str, options: dict[str, Any]) -> Compiled:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("optimize", "d_model", "max_seq_len"):
+    for key in ("optimize", "d_model", "d_head", "max_seq_len"):
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
@@ -58,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("program", help="MODULE[:ATTR]")
         p.add_argument("--optimize", type=int)
         p.add_argument("--d-model", type=int)
+        p.add_argument("--d-head", type=int)
         p.add_argument("--max-seq-len", type=int)
         if name == "compile":
             p.add_argument("-o", "--output", required=True)
             p.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
+            p.add_argument("--gguf", help="also write a GGUF file for llama.cpp")
         if name == "report":
             p.add_argument("--json", action="store_true")
         if name == "verify":
@@ -89,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         if args.onnx:
             print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
+        if args.gguf:
+            print(f"wrote {program.save_gguf(args.gguf)}")
     elif args.command == "report":
         program.compile()
         if args.json:

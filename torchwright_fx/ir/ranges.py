@@ -14,6 +14,13 @@ certificate (DESIGN §5), and the proof that the output is a whole token code.
 - ``noise``: a bound on |compiled value - exact value| (fp32 averaging, the position decoder,
   approximate tables). Linear maps scale it, moves (attention copies) keep it, exact steps
   absorb it when it is below their margin (and refuse otherwise).
+- ``rounding``: how the *reference* (the eager function, in fp32) reaches the exact value:
+  ``EXACT`` (no rounding: integers, dyadic constants), ``ONCE`` (the exact value correctly
+  rounded once: a mean k/n, x / 10), ``PAIR`` (a sum or difference of two such values: its
+  sign and its zeros are still exact) or ``INEXACT`` (more roundings, or a constant fp32 does
+  not hold, as in 0.53 * 100 = 52.999996 or n * 1.3). A step is decided alike by the
+  reference and the compiled model except where a value that is not reached exactly enough
+  can sit on its threshold (``ops/ties.py``): there the reference may fall on either side.
 
 Every rule derives the facts of its output from those of its inputs (``lower/table.py``,
 ``intrinsics.py``, ``numeric.py``); the rules here are the arithmetic they share.
@@ -25,6 +32,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+
+import numpy as np
 
 from torchwright_fx.ops.numerics import GRID_DENOMINATOR
 
@@ -45,6 +54,33 @@ def frac_gcd(a: Fraction, b: Fraction) -> Fraction:
 
 
 Lattice = tuple[Fraction, Fraction]  # (step >= 0, offset); step 0 is a single point
+
+EXACT, ONCE, PAIR, INEXACT = 0, 1, 2, 3  # Interval.rounding: the reference's fp32 rounding
+
+
+def fp32_exact(c: float) -> bool:
+    """``c`` is held exactly by fp32 and is the small rational the facts read it as."""
+    q = rational(c, GRID_DENOMINATOR)
+    return q is not None and Fraction(c) == q and float(np.float32(c)) == c
+
+
+def _sum_rounding(a: Interval, b: Interval) -> int:
+    """The reference's rounding of a + b: exact sums of exact values stay exact (the facts'
+    resolution checks keep them inside fp32's mantissa); adding 0 changes nothing."""
+    if a.lo == a.hi == 0:
+        return b.rounding
+    if b.lo == b.hi == 0:
+        return a.rounding
+    if a.rounding == b.rounding == EXACT:
+        return EXACT
+    # fl(a) + fl(b) is 0 exactly when a + b is, and has its sign: one rounding keeps both
+    return PAIR if max(a.rounding, b.rounding) <= ONCE else INEXACT
+
+
+def _scale_rounding(r: Interval, k: float) -> int:
+    if math.frexp(abs(k))[0] == 0.5:  # a power of two: exact in fp32
+        return r.rounding
+    return EXACT if r.rounding == EXACT and fp32_exact(k) else INEXACT
 
 
 def _norm(lat: Lattice) -> Lattice:
@@ -112,6 +148,7 @@ class Interval:
     # reach to within rounding (a mean times its count): no lattice for steps in general, but
     # torch.round of it is exact in both (``lower/table.py: rounded``).
     near_integral: bool = False
+    rounding: int = EXACT  # EXACT | ONCE | INEXACT: how the fp32 reference reaches the value
 
     def __post_init__(self) -> None:
         if self.lo > self.hi:
@@ -137,9 +174,10 @@ class Interval:
         return Interval(float(v), float(v))
 
     @staticmethod
-    def of(lo: float, hi: float, lattice: Lattice | None, noise: float = 0.0) -> Interval:
+    def of(lo: float, hi: float, lattice: Lattice | None, noise: float = 0.0,
+           rounding: int = EXACT) -> Interval:
         step, off = lattice if lattice is not None else (None, Fraction(0))
-        return Interval(lo, hi, step=step, offset=off, noise=noise)
+        return Interval(lo, hi, step=step, offset=off, noise=noise, rounding=rounding)
 
     @staticmethod
     def of_values(values: list[float] | tuple[float, ...]) -> Interval:
@@ -172,11 +210,14 @@ class Interval:
     def exact(self) -> Interval:
         """The same facts without noise (after a step that absorbed it)."""
         return Interval(self.lo, self.hi, max_den=self.max_den, den_group=self.den_group,
-                        step=self.step, offset=self.offset)
+                        step=self.step, offset=self.offset, rounding=self.rounding)
+
+    def with_rounding(self, rounding: int) -> Interval:
+        return dataclasses.replace(self, rounding=rounding)
 
     def __add__(self, o: Interval) -> Interval:
         return Interval.of(self.lo + o.lo, self.hi + o.hi, lattice_sum(self.lattice, o.lattice),
-                           self.noise + o.noise)
+                           self.noise + o.noise, _sum_rounding(self, o))
 
     def __neg__(self) -> Interval:
         return self.scale(-1.0)
@@ -189,22 +230,36 @@ class Interval:
         if k == 0:
             return Interval.point(0.0)
         return Interval.of(min(a, b), max(a, b), lattice_scale(self.lattice, k),
-                           self.noise * abs(k))
+                           self.noise * abs(k), _scale_rounding(self, k))
+
+    def divided(self, k: float) -> Interval:
+        """x / k: the reference divides once, correctly rounded, so an exact x gives a value
+        rounded ONCE, whatever fp32 makes of 1 / k (unlike x * (1 / k))."""
+        out = self.scale(1.0 / k)
+        if self.rounding == EXACT and fp32_exact(k) and out.rounding != EXACT:
+            return out.with_rounding(ONCE)
+        return out
 
     def shift(self, c: float) -> Interval:
         return Interval.of(self.lo + c, self.hi + c,
-                           lattice_sum(self.lattice, point_lattice(c)), self.noise)
+                           lattice_sum(self.lattice, point_lattice(c)), self.noise,
+                           _sum_rounding(self, Interval.point(c)) if fp32_exact(c) else INEXACT)
 
     def __mul__(self, o: Interval) -> Interval:
         products = [self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi]
         products = [0.0 if math.isnan(p) else p for p in products]
         noise = self.magnitude * o.noise + o.magnitude * self.noise + self.noise * o.noise
+        if self.is_bool or o.is_bool:  # v * 0 or v * 1: exact
+            rounding = max(self.rounding, o.rounding)
+        else:
+            rounding = EXACT if self.rounding == o.rounding == EXACT else INEXACT
         return Interval.of(min(products), max(products),
-                           lattice_product(self.lattice, o.lattice), noise)
+                           lattice_product(self.lattice, o.lattice), noise, rounding)
 
     def hull(self, o: Interval) -> Interval:
         return Interval.of(min(self.lo, o.lo), max(self.hi, o.hi),
-                           join(self.lattice, o.lattice), max(self.noise, o.noise))
+                           join(self.lattice, o.lattice), max(self.noise, o.noise),
+                           max(self.rounding, o.rounding))
 
     def clamp(self, lo: float, hi: float) -> Interval:
         """clamp(x, lo, hi): x's lattice, joined with each bound that can be reached."""
@@ -213,8 +268,9 @@ class Interval:
             lat = join(lat, point_lattice(lo))
         if self.hi > hi:
             lat = join(lat, point_lattice(hi))
+        bounds_exact = all(not math.isfinite(b) or fp32_exact(b) for b in (lo, hi))
         return Interval.of(min(max(self.lo, lo), hi), max(min(self.hi, hi), lo), lat,
-                           self.noise)
+                           self.noise, self.rounding if bounds_exact else INEXACT)
 
     def absolute(self) -> Interval:
         """|x|: +-(o + n s) lies on the lattice of step gcd(s, 2o) through o."""
@@ -224,13 +280,13 @@ class Interval:
             lat = join(lat, lattice_scale(lat, -1.0))
         elif lat is not None and self.hi <= 0:
             lat = lattice_scale(lat, -1.0)
-        return Interval.of(lo, self.magnitude, lat, self.noise)
+        return Interval.of(lo, self.magnitude, lat, self.noise, self.rounding)
 
     def extremum(self, o: Interval, sign: float) -> Interval:
         """max (sign 1) or min (sign -1) of two values: one of them, so the joined lattice."""
         pick = max if sign > 0 else min
         return Interval.of(pick(self.lo, o.lo), pick(self.hi, o.hi), join(self.lattice, o.lattice),
-                           max(self.noise, o.noise))
+                           max(self.noise, o.noise), max(self.rounding, o.rounding))
 
 
 BOOL = Interval(0.0, 1.0, True)

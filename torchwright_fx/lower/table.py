@@ -19,11 +19,21 @@ import torch
 import torch.nn.functional as F
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, Interval, lattice_product, lattice_scale, lattice_sum
+from torchwright_fx.ir.ranges import (
+    BOOL,
+    EXACT,
+    INEXACT,
+    ONCE,
+    Interval,
+    lattice_product,
+    lattice_scale,
+    lattice_sum,
+)
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Grid, Pwl, Step
+from torchwright_fx.ops.ties import refuse_ties
 
 Rule = Callable[..., Any]
 FUNCTIONS: dict[Any, Rule] = {}
@@ -429,7 +439,7 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
 def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
     w = ctx.out_width
     if is_const(b):
-        quotient = _scale(to_stream(a, w), [1.0 / k for k in const_vector(b, w)])
+        quotient = _divided(to_stream(a, w), const_vector(b, w))
     elif is_const(a):  # c / x
         quotient = _scale(reciprocal(ctx, to_stream(b, w)), const_vector(a, w))
     else:
@@ -440,6 +450,12 @@ def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> 
     if rounding_mode not in ("floor", "trunc"):
         raise ctx.error(f"rounding_mode={rounding_mode!r}")
     return rounded(ctx, quotient, rounding_mode)
+
+
+def _divided(x: Stream, ks: list[float]) -> Stream:
+    """x / k for constants k (``Interval.divided``: one correctly rounded division)."""
+    return Stream([c * (1.0 / k) for c, k in zip(x.cols, ks, strict=True)],
+                  [r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool)
 
 
 # -- rounding -------------------------------------------------------------------------------------
@@ -475,6 +491,8 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
             ffn.need_finite(r, f"{kind}")
             tight = g.shrink(r) if g is not None else r
             ffn.check_resolution(tight, g, kind)
+            at = Fraction(1, 2) if kind == "round" else Fraction(0)  # thresholds at + Z
+            refuse_ties(tight, value_set(ctx, c, tight), (at, Fraction(1)), kind)
             plan = ffn.plan_rounding(kind, tight, g, value_set(ctx, c, tight))
             plans.append(plan)
             if plan.block is None:
@@ -565,7 +583,7 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
     ms = const_vector(m, x.width)
     if any(k == 0 for k in ms):
         raise ctx.error("modulus 0")
-    quotient = rounded(ctx, _scale(x, [1.0 / k for k in ms]), kind)
+    quotient = rounded(ctx, _divided(x, ms), kind)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
               for c, r, k, q in zip(x.cols, x.ranges, ms, quotient.ranges, strict=True)]
@@ -631,12 +649,20 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     elif is_const(a):
         x, ts = _scale(to_stream(b, w), [-1.0] * w), [-t for t in const_vector(a, w)]
     else:
-        x = _add(ctx, a, _scale(to_stream(b, w), [-1.0] * w))
+        y = to_stream(b, w)
+        x = _add(ctx, a, _scale(y, [-1.0] * w))
+        # the reference compares a with b, never forms a - b: rounding is monotone, so only
+        # a side reached INEXACTly can disagree with the exact comparison
+        x = Stream(x.cols, [d.with_rounding(EXACT if max(p.rounding, q.rounding) <= ONCE
+                                            else INEXACT)
+                            for d, p, q in zip(x.ranges, to_stream(a, w).ranges, y.ranges,
+                                               strict=True)])
         ts = [0.0] * w
     fs = []
     with user_errors(ctx):
         for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
             values = value_set(ctx, c, r)
+            refuse_ties(r, values, [ffn.rational(t) or Fraction(t)], "this comparison")
             fs.append(_compare_pwl(op, t, values))
             ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
             ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)

@@ -110,9 +110,12 @@ MAX_MEAN_DENOMINATORS = 8192
 
 # -- claims ----------------------------------------------------------------------------------
 # tw.claim(v, lo, hi, integral=True) snaps the eager value to the nearest integer when it is
-# within this (times max(1, |v|)) of it: far above fp32 rounding of the eager arithmetic
-# (|v| * 2**-23 per op) and far below the 1/4 noise an integer ramp tolerates when compiled.
+# within CLAIM_INTEGRAL_TOL + |v| * CLAIM_INTEGRAL_REL of it: above the fp32 rounding of a few
+# eager ops (|v| * 2**-24 each), far below the 1/4 noise an integer ramp tolerates when
+# compiled, and below 1/2 for every |v| under 2**21 (the largest lattice a step resolves), so a
+# value off by a half (n + 0.5) is always refused, never snapped.
 CLAIM_INTEGRAL_TOL = 1e-3
+CLAIM_INTEGRAL_REL = 2.0 ** -22
 
 # -- resolution of steps on a lattice ---------------------------------------------------------
 # A step on a lattice of spacing h is exact while |x| stays below this many spacings: the

@@ -1,0 +1,66 @@
+"""Ties: where the fp32 reference and the exact facts may decide a step differently.
+
+The facts (``ir/ranges.py``) describe exact values: 53/100 * 100 is 53. The reference, the
+user's function run eagerly in fp32, computes 52.999996 and decides ``>= 53`` false; the
+compiled model, built on the facts, would say true. This happens only for a value the
+reference reaches ``INEXACT``ly (rounded more than once, or through a constant fp32 does not
+hold) and only when one of its attainable exact values sits exactly on a threshold of the
+step: away from the thresholds the lattice spacing dwarfs fp32 rounding. A value rounded once
+(a mean k/n, x / 10) cannot cross a threshold that fp32 holds, since rounding is monotone
+and keeps representable numbers, so ``ONCE`` values are safe; a ``PAIR`` (the sum of two of
+them, as in mean(a) - 2 * mean(b)) is safe at 0, whose side one rounding cannot change.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from torchwright_fx.ir.ranges import INEXACT, PAIR, Interval
+from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
+
+_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible
+
+
+def _attainable(t: Fraction, rng: Interval, values: Grid | Fractions | None) -> bool:
+    if values is None:
+        return False  # no exact value set: steps on it are ramps or refused elsewhere
+    slack = Fraction(abs(rng.lo) + abs(rng.hi) + 1.0) * Fraction(1, 1 << 20)  # float ends
+    if not Fraction(rng.lo) - slack <= t <= Fraction(rng.hi) + slack:
+        return False
+    if isinstance(values, Grid):
+        return values.at_or_above(t) == t
+    u = (t - values.offset) / values.scale  # attainable iff u = k/n with n <= max_den
+    return u.denominator <= values.max_den
+
+
+def tie(rng: Interval, values: Grid | Fractions | None,
+        thresholds: list[Fraction] | tuple[Fraction, Fraction]) -> Fraction | None:
+    """An exact value of ``rng`` that sits on a threshold while the reference reaches it
+    inexactly, else None. ``thresholds`` is a list, or ``(first, period)`` for every
+    ``first + n * period`` inside the range."""
+    if rng.rounding < PAIR or values is None or not rng.finite:
+        return None
+    if isinstance(thresholds, tuple):
+        first, period = thresholds
+        lo = first + math.ceil((Fraction(rng.lo) - first) / period) * period
+        count = math.floor((Fraction(rng.hi) - lo) / period) + 1
+        if count > _SCAN_LIMIT:
+            return lo
+        thresholds = [lo + i * period for i in range(max(count, 0))]
+    found = [t for t in thresholds if _attainable(t, rng, values)
+             and (t != 0 or rng.rounding == INEXACT)]  # a PAIR's zeros are exact
+    return min(found, key=lambda t: (t == 0, abs(t))) if found else None  # 0: the least telling
+
+
+def refuse_ties(rng: Interval, values: Grid | Fractions | None,
+                thresholds: list[Fraction] | tuple[Fraction, Fraction], what: str) -> None:
+    t = tie(rng, values, thresholds)
+    if t is not None:
+        raise RangeError(
+            f"not exact: {what} has a threshold at {float(t):g}, and the value can be exactly "
+            f"{float(t):g} in exact arithmetic while the reference, computing in fp32 through "
+            "more than one rounding (or a constant fp32 cannot hold, such as 0.1 or 1.3), "
+            f"may land just below or above it (0.53 * 100 is 52.999996 in fp32); compute "
+            "with whole numbers before the step (a count instead of a mean, n * 13 // 10 "
+            "instead of floor(n * 1.3)), or round the value first (torch.round)")

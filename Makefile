@@ -2,7 +2,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench lock clean runtime-vllm runtime-tl runtime-llama
+.PHONY: install demo test test-all lint bench lock clean runtime-vllm runtime-tl runtime-llama \
+	test-runtimes
 
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -103,3 +104,6 @@ runtime-vllm: $(RT_STAMP) $(VLLM_VENV)/.installed
 
 runtime-tl: $(RT_STAMP) $(TL_VENV)/.installed
 	$(TL_VENV)/bin/python scripts/runtimes/check_tl.py $(RT_DIR)
+
+# every runtime beside transformers (not part of `make test`; docs/runtimes.md)
+test-runtimes: runtime-llama runtime-vllm runtime-tl

@@ -56,7 +56,8 @@ def test_generation_config_alone_runs_to_eos(tmp_path):
 def test_card_names_each_runtime_and_its_settings(example):
     card = (example("adder_1digit").directory / "README.md").read_text()
     for needle in ["pipeline(\"text-generation\"", "twx.load(", "flash_attn=False, type_k=0",
-                   "-fa off -ctk f32 -ctv f32", "vllm serve DIR --dtype float32",
+                   "-fa off -ctk f32 -ctv f32",
+                   "vllm.entrypoints.openai.api_server --model DIR --dtype float32",
                    "TransformerBridge.boot_transformers(DIR", "circuit.json",
                    "max_seq_len = 512"]:
         assert needle in card, needle

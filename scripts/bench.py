@@ -98,7 +98,8 @@ def _tokens_per_second(directory: Path, prompts: list[str]) -> float:
         enc = tok(prompt, return_tensors="pt")
         with torch.no_grad():
             out = model.generate(**enc, do_sample=False,
-                                 max_length=model.config.max_position_embeddings)
+                                 max_new_tokens=model.config.max_position_embeddings
+                                 - enc["input_ids"].shape[1])
         new += out.shape[1] - enc["input_ids"].shape[1]
     return new / (time.perf_counter() - start)
 

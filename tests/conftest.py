@@ -44,7 +44,8 @@ def hf_generate(model, tokenizer, prompt: str, use_cache: bool = True) -> str:
     enc = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**enc, do_sample=False, use_cache=use_cache,
-                             max_length=model.config.max_position_embeddings)
+                             max_new_tokens=model.config.max_position_embeddings
+                             - enc["input_ids"].shape[1])
     return tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 

@@ -64,7 +64,7 @@ class _Logits:
             return runtime.generate(self.compiled.machine, ids)
         with torch.no_grad():
             out = self.model.generate(torch.tensor([ids]), do_sample=False,
-                                      max_length=self.compiled.options.max_seq_len)
+                                      max_new_tokens=self.compiled.options.max_seq_len - len(ids))
         new = out[0, len(ids):].tolist()
         return new[: new.index(self.compiled.vocab.eos_id)] if self.compiled.vocab.eos_id in new \
             else new

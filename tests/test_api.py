@@ -86,3 +86,20 @@ def test_failed_compile_leaves_no_directory(tmp_path):
     with pytest.raises(tw.CompileError):
         tw.compile(prog, vocab=VOCAB).save_pretrained(tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_one_error_hierarchy():
+    """Compile-time and prompt errors share tw.TorchwrightError, whatever path raises them."""
+    from torchwright_fx.backends import runtime
+    from torchwright_fx.backends.onnx import SequenceTooLongError
+
+    assert issubclass(tw.CompileError, tw.TorchwrightError)
+    assert issubclass(tw.InputError, tw.TorchwrightError)
+    assert issubclass(SequenceTooLongError, tw.InputError)
+    with pytest.raises(tw.TorchwrightError):
+        tw.compile(echo_last, vocab=VOCAB, d_head=12)
+    program = tw.compile(echo_last.fn, vocab=VOCAB, max_seq_len=8)
+    with pytest.raises(tw.InputError, match="max_seq_len=8"):
+        program.generate("a" * 9)
+    with pytest.raises(tw.InputError, match="max_seq_len=8"):
+        runtime.forward(program.machine, [0] * 9)

@@ -3,7 +3,7 @@
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.capture.errors import CompileError, TorchwrightError
 from torchwright_fx.intrinsics import (
     argmax,
     argmin,
@@ -38,5 +38,5 @@ __all__ = [
     "check", "claim", "code", "compile", "digits_to_number", "emit", "equals", "gather",
     "is_token", "latch", "load_circuit", "lookup", "lookup2", "mean", "number_to_digits",
     "piecewise", "position", "reciprocal", "shift", "steps_since", "token", "trace",
-    "using_vocab", "verify",
+    "TorchwrightError", "using_vocab", "verify",
 ]

@@ -14,7 +14,7 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.backends import card, circuit, hf, runtime
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.capture.errors import CompileError, InputError
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.pipeline import Build, Options
@@ -26,10 +26,6 @@ CODE_TOLERANCE = 1e-3
 BOS_OUTPUT = ("the program output <bos> at position {position}; <bos> only starts a sequence "
               "(the compiled model counts positions from it), so generating it is outside every "
               "program's domain: print another token")
-
-
-class InputError(ValueError):
-    """A prompt the compiled program cannot take (too long, empty)."""
 
 
 class Traced:

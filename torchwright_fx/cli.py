@@ -19,8 +19,8 @@ import os
 import sys
 from typing import Any
 
-from torchwright_fx.api import Compiled, InputError
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.api import Compiled
+from torchwright_fx.capture.errors import TorchwrightError
 
 
 def load_program(spec: str, options: dict[str, Any]) -> Compiled:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(args)
-    except (InputError, CompileError) as e:  # the user's mistake: one message, no traceback
+    except TorchwrightError as e:  # the user's mistake: one message, no traceback
         print(f"torchwright-fx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from torchwright_fx.capture.errors import InputError
+
 PREFILL_FILE = "prefill.onnx"
 DECODE_FILE = "decode.onnx"
 RUNNER_FILE = "runner.json"
@@ -49,7 +51,7 @@ _EXPORT_NOISE = (
 )
 
 
-class SequenceTooLongError(ValueError):
+class SequenceTooLongError(InputError):
     """A prompt or a generation would need more positions than the static cache holds."""
 
 

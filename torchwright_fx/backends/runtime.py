@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from torchwright_fx.capture.errors import InputError
 from torchwright_fx.emit.machine import Machine
 
 
@@ -57,7 +58,7 @@ def forward(m: Machine, ids: Sequence[int], capture: bool = False
     """Logits ``[T, vocab]`` for a token sequence; with ``capture``, the residual after the
     embedding and after every sublayer (index s + 1 holds the residual after stage s)."""
     if len(ids) > m.max_seq_len:
-        raise ValueError(f"{len(ids)} tokens exceed max_seq_len={m.max_seq_len}")
+        raise InputError(f"{len(ids)} tokens exceed max_seq_len={m.max_seq_len}")
     h = m.embed[torch.tensor(list(ids), dtype=torch.long)]
     cos, sin = rotary_tables(m, len(ids))
     states = [h.clone()] if capture else []
@@ -84,7 +85,7 @@ def generate(m: Machine, ids: Sequence[int], max_new_tokens: int | None = None) 
         if nxt == m.eos_id:
             break
         if nxt == m.bos_id:
-            raise ValueError(f"the model generated <bos> at position {len(seq) - 1}; <bos> only "
+            raise InputError(f"the model generated <bos> at position {len(seq) - 1}; <bos> only "
                              "starts a sequence, so this input is outside the program's domain")
         seq.append(nxt)
         new.append(nxt)

@@ -12,8 +12,17 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
-class CompileError(Exception):
+class TorchwrightError(Exception):
+    """Every error torchwright_fx raises for something the user can act on."""
+
+
+class CompileError(TorchwrightError):
     """A program construct that cannot be compiled; the message names the user's line."""
+
+
+class InputError(TorchwrightError, ValueError):
+    """A prompt the compiled program cannot take (too long, characters outside the
+    vocabulary)."""
 
 
 def is_user_file(filename: str) -> bool:

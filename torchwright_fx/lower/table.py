@@ -525,6 +525,7 @@ def _fine_stage(ctx: LowerCtx, x: Stream, kind: str, plans: list[ffn.StairPlan |
             g = grid(ctx, c, r)
             assert g is not None
             r_rng = ffn.remainder_range(g.shrink(r), plan.origin, plan.block, g)
+            r_rng = r_rng.with_noise(r_rng.noise + plan.block * stage1.ranges[i].noise)
             rem = c - q * float(plan.block)
             base, steps = ffn.rounding_steps(kind, r_rng.lo, r_rng.hi)
             f = ffn.staircase(base, steps, grid(ctx, rem, r_rng))

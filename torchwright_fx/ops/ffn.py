@@ -728,7 +728,9 @@ def remainder_range(rng: Interval, origin: int, block: int, grid: Grid) -> Inter
     """The range of r = x - block * floor((x - origin) / block), on r's own lattice."""
     g = remainder_grid(grid, block)
     hi = min(rng.hi, float(g.at_or_below(Fraction(origin + block) - g.spacing / 2)))
-    return Interval(min(rng.lo, float(origin)), max(hi, float(origin)))
+    # x's noise (the coarse stage's own is added by the caller); r's lattice is g
+    return Interval.of(min(rng.lo, float(origin)), max(hi, float(origin)),
+                       (g.spacing, g.offset), rng.noise)
 
 
 def _two_stage_cost(kind: str, rng: Interval, grid: Grid, origin: int, block: int

@@ -103,3 +103,12 @@ def test_one_error_hierarchy():
         program.generate("a" * 9)
     with pytest.raises(tw.InputError, match="max_seq_len=8"):
         runtime.forward(program.machine, [0] * 9)
+
+
+def test_traced_prints_ops_and_source_lines():
+    traced = tw.trace(echo_last.fn, vocab=VOCAB)
+    text = repr(traced)
+    assert "tw.latch" in text and "<function" not in text
+    assert "test_api.py:18: return tw.emit(newline, [tw.latch(" in text
+    page = traced._repr_html_()
+    assert page.count("<tr>") == len(list(traced.graph.nodes)) + 1 and "tw.shift" in page

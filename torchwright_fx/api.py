@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import html
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -14,7 +15,7 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.backends import card, circuit, hf, runtime
-from torchwright_fx.capture.errors import CompileError, InputError
+from torchwright_fx.capture.errors import CompileError, InputError, node_source, op_name
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.pipeline import Build, Options
@@ -39,12 +40,26 @@ class Traced:
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
 
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """Per fx node: name, op, width, the user's source line (``file:line: code``)."""
+        return [(n.name, op_name(n), str(n.meta.get("tw_width", "")),
+                 "" if n.op in ("placeholder", "output") else node_source(n))
+                for n in self.graph.nodes]
+
     def __repr__(self) -> str:
         lines = [f"Traced({self.fn.__name__}, {self.vocab!r})"]
-        for n in self.graph.nodes:
-            width = n.meta.get("tw_width", "")
-            lines.append(f"  {n.name:<24} {n.op:<14} {str(n.target)[:40]:<40} width={width}")
+        for name, op, width, source in self.rows():
+            where = source.rsplit("/", 1)[-1]  # file:line: code, without the directories
+            lines.append(f"  {name:<20} {op:<22} width={width:<3} {where}")
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        cells = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(o)}</td>"
+                        f"<td>{html.escape(w)}</td><td><code>{html.escape(s)}</code></td></tr>"
+                        for n, o, w, s in self.rows())
+        return (f"<p><b>Traced</b> <code>{html.escape(self.fn.__name__)}</code>, "
+                f"{html.escape(repr(self.vocab))}</p><table><tr><th>node</th><th>op</th>"
+                f"<th>width</th><th>source</th></tr>{cells}</table>")
 
     def compile(self, **options: Any) -> Compiled:
         return Compiled(self.fn, self.vocab, Options(**options), traced=self)

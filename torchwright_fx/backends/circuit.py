@@ -23,26 +23,13 @@ from typing import Any
 
 import torch.fx
 
-from torchwright_fx.capture.errors import node_source
+from torchwright_fx.capture.errors import node_source, op_name
 from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Program
 from torchwright_fx.schedule.plan import Plan
 
 FORMAT = "torchwright_fx.circuit/1"
 FILENAME = "circuit.json"
-
-
-def _op(node: torch.fx.Node) -> str:
-    if node.op in ("placeholder", "output"):
-        return node.op
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    target = node.target
-    module = getattr(target, "__module__", "") or ""
-    name = getattr(target, "__name__", str(target))
-    if module.startswith("torchwright_fx"):
-        return f"tw.{name}"
-    return f"{module}.{name}" if module else name
 
 
 def _head_entry(layer: int, h: int, d_head: int, n_heads: int) -> dict[str, Any]:
@@ -105,7 +92,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
 
     # fx nodes, then the shared sub-results some lowerings add (e.g. the position scalar
     # behind tw.position and tw.steps_since), named "<first user>.<what>"
-    entries = [(n.name, _op(n), node_source(n), [i.name for i in n.all_input_nodes])
+    entries = [(n.name, op_name(n), node_source(n), [i.name for i in n.all_input_nodes])
                for n in gm.graph.nodes]
     fx_names = {e[0] for e in entries}
     for p in prog.producers.values():

@@ -58,6 +58,25 @@ def node_source(node: torch.fx.Node) -> str:
     return best
 
 
+def op_name(node: torch.fx.Node) -> str:
+    """A readable name for a node's op: ``tw.latch``, ``torch.floor``, ``Tensor.float``,
+    ``operator.add``; ``placeholder`` / ``output`` for the graph's ends."""
+    if node.op in ("placeholder", "output", "get_attr"):
+        return node.op
+    if node.op == "call_method":
+        return f"Tensor.{node.target}"
+    target = node.target
+    module = getattr(target, "__module__", "") or ""
+    name = getattr(target, "__name__", str(target))
+    if module.startswith("torchwright_fx"):
+        return f"tw.{name}"
+    if module in ("_operator", "operator"):
+        return f"operator.{name}"
+    if module.startswith("torch"):
+        return f"torch.{name}"
+    return f"{module}.{name}" if module else name
+
+
 def node_error(node: torch.fx.Node, what: str, advice: str = "") -> CompileError:
     op = node.target if isinstance(node.target, str) else getattr(
         node.target, "__name__", str(node.target))

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, node_error, node_source
+from torchwright_fx.capture.errors import CompileError, node_error, node_source, op_name
 from torchwright_fx.intrinsics import info, using_vocab
 from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.ir.ranges import BOOL
@@ -65,15 +65,6 @@ def _run_eagerly(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
     if node.op == "call_function":
         return node.target(*args, **kwargs)  # type: ignore[operator]
     return getattr(args[0], str(node.target))(*args[1:], **kwargs)
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    if node.op == "call_method":
-        return f"Tensor.{node.target}"
-    target = node.target
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", str(target))
-    return f"{module}.{name}" if module else name
 
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
@@ -136,7 +127,7 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
             return _run_eagerly(node, args, kwargs)
         rule = _rule(node)
         if rule is None:
-            raise node_error(node, f"no lowering for {_op_name(node)}",
+            raise node_error(node, f"no lowering for {op_name(node)}",
                              "see docs/ops.md for the supported torch ops and tw intrinsics")
         ctx = LowerCtx(prog, geom, vocab, node)
         try:

@@ -112,3 +112,13 @@ def test_traced_prints_ops_and_source_lines():
     assert "test_api.py:18: return tw.emit(newline, [tw.latch(" in text
     page = traced._repr_html_()
     assert page.count("<tr>") == len(list(traced.graph.nodes)) + 1 and "tw.shift" in page
+
+
+def test_compiled_repr_and_html():
+    program = tw.compile(echo_last.fn, vocab=VOCAB, max_seq_len=16)
+    assert "not compiled yet" in repr(program)
+    program.compile()
+    assert repr(program) == program.summary()
+    page = program._repr_html_()
+    assert "latch" in page and "shift" in page
+    assert page.count("<tr>") == 1 + program.stats()["layers"]

@@ -231,6 +231,25 @@ class Compiled:
             "approximations": list(b.program.approximations),
         }
 
+    def __repr__(self) -> str:
+        if self._build is None:
+            return f"Compiled({self.fn.__name__}, {self.vocab!r}, not compiled yet: .compile())"
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        if self._build is None:
+            return f"<pre>{html.escape(repr(self))}</pre>"
+        m, placed = self.build.machine, self.build.placement
+        def names(producers: Iterable[Any]) -> str:
+            return html.escape(", ".join(sorted({p.name for p in producers})))
+
+        rows = "".join(f"<tr><td>{i}</td><td>{names(la.heads)}</td><td>{len(la.heads)}</td>"
+                       f"<td>{names(la.ffns)}</td><td>{len(la.lane_index)}</td></tr>"
+                       for i, la in enumerate(placed.layers))
+        return (f"<pre>{html.escape(self.summary())}</pre><table><tr><th>layer</th>"
+                f"<th>attention: nodes</th><th>heads (of {m.n_heads})</th><th>MLP: nodes</th>"
+                f"<th>lanes (of {m.d_ff})</th></tr>{rows}</table>")
+
     def report(self) -> None:
         """Print ``summary()``: layers, the two lower bounds, d, heads, lanes, parameters."""
         print(self.summary())

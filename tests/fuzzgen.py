@@ -221,7 +221,27 @@ class _Gen:
     # -- reals --
     def real_op(self) -> Var:
         d = self.d
-        form = d.pick(("mean", "mean_where", "div", "affine", "sdiv"))
+        form = d.pick(("mean", "mean_where", "div", "affine", "sdiv", "decimal", "dtable",
+                       "dwhere", "rmove"))
+        if form == "decimal":  # constants fp32 does not hold: the reference rounds them
+            a, c = self.some("int"), d.pick((0.1, 0.3, 0.7, 1.3, 2.5, 0.05))
+            lo, hi = sorted((a.lo * c, a.hi * c))
+            return self.new(f"{a.name} * {c}", "real", lo, hi, "lattice")
+        if form == "dtable":
+            table = {ch: d.pick((0.1, 0.2, 0.25, 0.3, 0.7, 1.5)) for ch in self.chars
+                     if d.chance(0.6)}
+            vals = [*table.values(), 0.0]
+            return self.new(f"tw.lookup(x, {table!r}, default=0.0)", "real", min(vals),
+                            max(vals), "lattice")
+        if form == "dwhere":
+            c1, c2 = d.pick((0.1, 0.01, 0.3, 0.5)), d.pick((0.0, 0.04, 0.2))
+            return self.new(f"torch.where({self.some('bit').name}.bool(), {c1}, {c2})", "real",
+                            min(c1, c2), max(c1, c2), "lattice")
+        if form == "rmove":
+            r = self.some("real")
+            move = f"tw.shift({r.name}, {d.int(1, 3)})" if d.chance(0.5) else \
+                f"tw.latch({r.name}, {self.some('bit').name})"
+            return self.new(move, "real", r.lo, r.hi, "moved")
         if form in ("mean", "mean_where"):
             a = self.some("int") if d.chance(0.7) else self.some("bit")
             if form == "mean":

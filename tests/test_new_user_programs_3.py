@@ -1143,3 +1143,74 @@ def test_bug_pipeline_default_runs_past_max_seq_len(tmp_path):
     pipe = pipeline("text-generation", model=str(program.save_pretrained(tmp_path / "hf")))
     prompt = "x" * 40
     assert pipe(prompt, return_full_text=False)[0]["generated_text"] == program.reference(prompt)
+
+
+# -- G. round 2 of the red team: values the reference reaches inexactly ------------------------
+def _digit_vocab_prompts(alphabet: str, longest: int) -> list[str]:
+    return ["".join(w) for k in range(longest + 1) for w in itertools.product(alphabet, repeat=k)]
+
+
+def _sign_of_difference(x):  # 3/7 - 3 * (1/7) < 0 in fp32
+    ma, mb = tw.mean(tw.is_token(x, "a")), tw.mean(tw.is_token(x, "b"))
+    return tw.emit(tw.is_token(x, "\n"), [tw.token("1") + torch.sign(ma - 3 * mb)])
+
+
+def _lookup_tenths(x):  # 0.1 + 0.2 > 0.3 is false in fp32
+    w = tw.lookup(x, {"a": 0.1, "b": 0.2})
+    return torch.where(tw.shift(w, 1) + w > 0.3, tw.token("Y"), tw.token("N"))
+
+
+def _where_cents(x):  # 0.01 + 0.04 >= 0.05
+    w1 = torch.where(tw.is_token(x, "a").bool(), 0.01, 0.0)
+    w2 = torch.where(tw.is_token(x, "b").bool(), 0.04, 0.0)
+    return torch.where(tw.shift(w1, 1) + w2 >= 0.05, tw.token("Y"), tw.token("N"))
+
+
+def _square_tenth(x):  # (1/10)**2 > 0.01 is true in fp32
+    return torch.where(torch.square(_digit(x) / 10) > 0.01, tw.token("Y"), tw.token("N"))
+
+
+def _frac_tenths(x):  # frac(0.4 + 1.05) is 0.44999993 in fp32
+    return torch.where(torch.frac(_digit(x) * 0.1 + 1.05) >= 0.45, tw.token("Y"), tw.token("N"))
+
+
+def _equals_tenths(x):  # 9 * 0.1 is 0.90000004 in fp32
+    return torch.where(tw.equals(_digit(x) * 0.1, 0.9).bool(), tw.token("Y"), tw.token("N"))
+
+
+def _argmax_inexact_score(x):  # 9 * 0.7 * 10 is 62.999996 in fp32: no tie with 63
+    score = torch.where(tw.is_token(x, "a").bool(), 63.0, _digit(x) * 0.7 * 10)
+    return tw.argmax(score, tw.code(x))
+
+
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+@pytest.mark.parametrize(("fn", "vocab", "alphabet", "longest"), [
+    (_sign_of_difference, "abc012\n", "abc\n", 5), (_lookup_tenths, "abYN", "ab", 5),
+    (_where_cents, "abYN", "ab", 5), (_square_tenth, DIGITS + "YN", DIGITS, 2),
+    (_frac_tenths, DIGITS + "YN", DIGITS, 2), (_equals_tenths, DIGITS + "YN", DIGITS, 2),
+    (_argmax_inexact_score, DIGITS + "a", DIGITS + "a", 2)])
+def test_inexact_reference_values_are_refused_or_right(fn, vocab, alphabet, longest, machine):
+    program = tw.compile(fn, vocab=tw.Vocab(vocab), max_seq_len=16, machine=machine)
+    prompts = [p for p in _digit_vocab_prompts(alphabet, longest)]
+    try:
+        program.compile()
+    except tw.CompileError:
+        return
+    for p in prompts:
+        try:
+            want = program.reference(p)
+        except (ValueError, AssertionError):
+            continue
+        assert program.generate(p) == want, p
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: torch.where(tw.is_token(x, "a").bool(), 0.01, 0.2),  # no whole number in range
+    lambda x: tw.lookup(x, {"a": 1, "b": 2}) + 0.5,  # never whole
+])
+def test_impossible_integral_claims_are_refused(make):  # the fuzzer's facts assertion
+    def claimed(x):
+        return tw.token("a") + tw.claim(make(x), 0, 5, integral=True)
+
+    with pytest.raises(tw.CompileError, match="whole number"):
+        tw.compile(claimed, vocab=tw.Vocab("ab")).compile()

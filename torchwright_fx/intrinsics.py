@@ -383,15 +383,21 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
     the exact one: the claim keeps it."""
     out = []
     for r in v.ranges:
-        if integral and r.step is not None and r.step.denominator == 1 and \
-                r.offset.denominator != 1:
+        # o + s Z (s = p/q, o = a/b in lowest terms) holds a whole number iff b divides q
+        if integral and r.step is not None and r.step != 0 and \
+                r.step.denominator % r.offset.denominator != 0:
             raise ctx.error(
                 f"tw.claim(..., integral=True) on a value that is never a whole number: every "
                 f"value is {float(r.offset % r.step):g} more than a multiple of {r.step}",
                 "fix the arithmetic before the claim (it would be refused at run time too)")
         lat = r.lattice if (r.integral or not integral) else (Fraction(1), Fraction(0))
-        out.append(Interval.of(max(float(lo), r.lo) if r.lo <= hi else float(lo),
-                               min(float(hi), r.hi) if r.hi >= lo else float(hi), lat, r.noise,
+        new_lo = max(float(lo), r.lo) if r.lo <= hi else float(lo)
+        new_hi = min(float(hi), r.hi) if r.hi >= lo else float(hi)
+        if integral and math.ceil(new_lo) > math.floor(new_hi):
+            raise ctx.error(f"tw.claim(..., integral=True) over [{new_lo:g}, {new_hi:g}] (the "
+                            "claimed range met with what is known of the value) holds no "
+                            "whole number", "fix the claimed range or the arithmetic before it")
+        out.append(Interval.of(new_lo, new_hi, lat, r.noise,
                                EXACT if integral else r.rounding))  # the reference snaps
     return Stream(v.cols, out, v.is_bool or all(r.is_bool for r in out))
 
@@ -509,6 +515,12 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
         raise ctx.error("argmax/argmin need an integer-valued score of width 1 with a finite "
                         "range", "scale the score to integers or declare it with tw.claim")
     rng = score.ranges[0]
+    if rng.rounding > ONCE:
+        raise ctx.error("argmax/argmin's score is computed inexactly by the reference (fp32 "
+                        "rounding more than once, or a decimal constant such as 0.7), so two "
+                        "scores equal in exact arithmetic may differ there and the tie go the "
+                        "other way", "compute the score from whole numbers (integer weights, "
+                        "counts) or round it first (torch.round)")
     n = ctx.geom.max_seq_len
     margin = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN
     if rng.noise > 1 / (8 * n):  # gain * noise stays within a sixteenth of the headroom

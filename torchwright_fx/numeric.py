@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -33,6 +34,7 @@ from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Pwl
 from torchwright_fx.ops.numerics import SILU_SCALE
+from torchwright_fx.ops.ties import refuse_ties
 
 # -- piecewise ----------------------------------------------------------------------------------
 Fn: TypeAlias = "Callable[[Any], Any] | sympy.Expr | tuple[sympy.Expr, sympy.Symbol]"
@@ -460,6 +462,8 @@ def _lower_equals(ctx: LowerCtx, v: Stream, target: Any) -> Stream:
     signed: list[tuple[Lin, Interval]] = []
     with table.user_errors(ctx):
         for c, r, t in zip(v.cols, v.ranges, ts, strict=True):
+            refuse_ties(r, table.value_set(ctx, c, r), [ffn.rational(t) or Fraction(t)],
+                        "tw.equals")
             found = _mismatch(ctx, c, r, t)
             if found is None:
                 return Stream.const([0.0], True)

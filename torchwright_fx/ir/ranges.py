@@ -171,7 +171,8 @@ class Interval:
 
     @staticmethod
     def point(v: float) -> Interval:
-        return Interval(float(v), float(v))
+        """A constant. One fp32 does not hold (0.01) is the rational rounded ONCE."""
+        return Interval(float(v), float(v), rounding=EXACT if fp32_exact(v) else ONCE)
 
     @staticmethod
     def of(lo: float, hi: float, lattice: Lattice | None, noise: float = 0.0,
@@ -181,12 +182,23 @@ class Interval:
 
     @staticmethod
     def of_values(values: list[float] | tuple[float, ...]) -> Interval:
-        """The facts of a finite set of stored fp32 values (a table's entries): their exact
-        lattice (binary fractions; a fine one is later treated as real-valued)."""
-        lat: Lattice | None = (Fraction(0), Fraction(float(values[0])))
+        """The facts of a finite set of table entries: their lattice, reading each entry as
+        the short decimal it was written as (0.1 is 1/10, as thresholds are read), else as its
+        exact binary value (a fine lattice is later treated as real-valued)."""
+        def exact(v: float) -> Fraction:  # 0.1 as 1/10, as constants and thresholds read
+            return rational(v, GRID_DENOMINATOR) or Fraction(float(v))
+
+        lat: Lattice | None = (Fraction(0), exact(values[0]))
         for v in values[1:]:
-            lat = join(lat, (Fraction(0), Fraction(float(v))))
-        return Interval.of(min(values), max(values), lat)
+            lat = join(lat, (Fraction(0), exact(v)))
+        # entries fp32 does not hold (0.1) are the decimals the user wrote, rounded once
+        rounding = EXACT if all(fp32_exact(v) for v in values) else ONCE
+        return Interval.of(min(values), max(values), lat, rounding=rounding)
+
+    def derived(self) -> int:
+        """The reference's rounding of a value computed from this one by an op that is not
+        exact on rounded inputs (a square, a power, a remainder): only exact stays exact."""
+        return EXACT if self.rounding == EXACT else INEXACT
 
     @property
     def lattice(self) -> Lattice | None:

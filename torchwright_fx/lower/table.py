@@ -353,7 +353,7 @@ def _mean_times_count(ctx: LowerCtx, m: Lin, rm: Interval, count: Lin) -> bool:
 def _square_range(r: Interval) -> Interval:
     lo = 0.0 if r.lo <= 0 <= r.hi else min(r.lo * r.lo, r.hi * r.hi)
     return Interval.of(lo, max(r.lo * r.lo, r.hi * r.hi), lattice_product(r.lattice, r.lattice),
-                       2 * r.magnitude * r.noise + r.noise * r.noise)
+                       2 * r.magnitude * r.noise + r.noise * r.noise, r.derived())
 
 
 def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream:
@@ -389,8 +389,8 @@ def _power_range(r: Interval, n: int) -> Interval:
     noise = n * r.magnitude ** (n - 1) * r.noise * 2  # first order, doubled for the rest
     if n % 2 == 0:
         return Interval.of(_square_range(r).lo ** (n // 2) if r.lo * r.hi > 0 else 0.0,
-                           r.magnitude ** n, lat, noise)
-    return Interval.of(r.lo ** n, r.hi ** n, lat, noise)
+                           r.magnitude ** n, lat, noise, r.derived())
+    return Interval.of(r.lo ** n, r.hi ** n, lat, noise, r.derived())
 
 
 @rule(torch.square, methods=("square",))
@@ -567,7 +567,7 @@ def _frac(ctx: LowerCtx, a: Any) -> Stream:
                   [Interval.of(max(r.lo, -1.0) if r.lo < 0 else 0.0,
                                min(r.hi, 1.0) if r.hi > 0 else 0.0,
                                lattice_sum(r.lattice, (Fraction(1), Fraction(0))),
-                               r.noise + q.noise)
+                               r.noise + q.noise, r.derived())
                    for r, q in zip(x.ranges, t.ranges, strict=True)])
 
 
@@ -587,6 +587,7 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
     quotient = rounded(ctx, _divided(x, ms), kind)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
+              .with_rounding(r.derived() if Interval.point(k).rounding == EXACT else INEXACT)
               for c, r, k, q in zip(x.cols, x.ranges, ms, quotient.ranges, strict=True)]
     return Stream(cols, ranges)
 
@@ -634,6 +635,7 @@ def _sign(ctx: LowerCtx, a: Any) -> Stream:
         base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
         values = value_set(ctx, c, r)
         with user_errors(ctx):
+            refuse_ties(r, values, [Fraction(0)], "sign")
             ffn.check_resolution(r, values, "sign", COMPARE_ADVICE)
         fs.append(ffn.staircase(base, steps, values))
         ranges.append(Interval(base, base + len(steps), True))

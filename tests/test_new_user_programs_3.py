@@ -1214,3 +1214,14 @@ def test_impossible_integral_claims_are_refused(make):  # the fuzzer's facts ass
 
     with pytest.raises(tw.CompileError, match="whole number"):
         tw.compile(claimed, vocab=tw.Vocab("ab")).compile()
+
+
+def test_equality_on_a_decimal_table_lattice():
+    """Entries d * 0.3183 lie on the lattice 3183/10000 Z: == is exact (one rounding each)."""
+    def hit(x):
+        v = tw.lookup(x, {str(d): d * 0.3183 for d in range(10)})
+        return torch.where(tw.shift(v, 1) == 0.3183, tw.token("1"), tw.token("0"))
+
+    program = tw.compile(hit, vocab=tw.Vocab(DIGITS), max_seq_len=8)
+    for p in _digit_vocab_prompts(DIGITS, 2):
+        assert program.generate(p) == program.reference(p), p

@@ -1225,3 +1225,37 @@ def test_equality_on_a_decimal_table_lattice():
     program = tw.compile(hit, vocab=tw.Vocab(DIGITS), max_seq_len=8)
     for p in _digit_vocab_prompts(DIGITS, 2):
         assert program.generate(p) == program.reference(p), p
+
+
+# -- H. round 3 of the red team ------------------------------------------------------------------
+def _floor_of_sevenths(x):  # 31 / 7 * 7 is 30.999998 in fp32: floor 30, not 31
+    return tw.token("0") + torch.floor(_digit(x) / 7 * 7) % 10
+
+
+def _piecewise_41sts(x):  # 1 / 41 * 41 is 0.99999994 in fp32
+    s = tw.piecewise(lambda t: t / 41, _digit(x), [0, 41])
+    return torch.where(s * 41 >= 1, tw.token("Y"), tw.token("N"))
+
+
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+@pytest.mark.parametrize("fn", [_floor_of_sevenths, _piecewise_41sts])
+def test_inexact_whole_numbers_are_refused_or_right(fn, machine):
+    program = tw.compile(fn, vocab=tw.Vocab(DIGITS + "YN"), max_seq_len=4, machine=machine)
+    _refused_or_right(program, _digit_vocab_prompts(DIGITS, 2))
+
+
+@pytest.mark.parametrize(("machine", "length"), [("relu", 64), ("relu", 512), ("swiglu", 512),
+                                                 ("swiglu", 1024)])
+def test_gather_is_refused_where_its_square_is_not_exact_enough(machine, length):
+    """On the ReLU machine the position's square is a table; at 511 and beyond its error
+    reached the gather's margin and every position was wrong while report() said certified."""
+    def first(x):
+        return tw.gather(tw.code(x), torch.ones_like(tw.code(x)))
+
+    program = tw.compile(first, vocab=tw.Vocab("abcd"), machine=machine, max_seq_len=length)
+    try:
+        program.compile()
+    except tw.CompileError as e:
+        assert "position squared" in str(e)
+        return
+    _teacher_forced(program, ["cab", "dcba" * 10, "a" * (length - 2)])

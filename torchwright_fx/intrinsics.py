@@ -587,6 +587,17 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
                         "round it first (torch.round)")
     pos = _position_lin(ctx)
     square = _square_of_position(ctx, pos)
+    # the target leads its neighbours by gain * (1 - 2 POSITION_TOLERANCE) (the decoded
+    # positions' noise counted): AMPLITUDE_HEADROOM times the attention margin, so a third of
+    # it is headroom; an error e of the square against the decoded position moves the lead by
+    # up to 2 gain e, which must stay within that third
+    square_noise = float(ctx.prog.memo["position_squared_table_error"])  # type: ignore[arg-type]
+    headroom = (1 - 2 * POSITION_TOLERANCE) * (1 - 1 / attention.AMPLITUDE_HEADROOM)
+    if 2 * square_noise > headroom:
+        raise ctx.error(f"gather's position squared may be off by {square_noise:.3g} in the "
+                        f"compiled model at max_seq_len={ctx.geom.max_seq_len} (the "
+                        f"{ctx.prog.machine} machine's product tables), more than its attention "
+                        "margin allows", "lower max_seq_len, or compile with machine='swiglu'")
     # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone = 2*gain*t_i*p_j - gain*p_j^2.
     # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
     # gain * (1 - 2 * POSITION_TOLERANCE), sized to the attention margin.
@@ -604,10 +615,21 @@ def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
         return cached
     bank = ctx.bank(1)
     n = ctx.geom.max_seq_len
-    ffn.product(bank, 0, pos, Interval(0, n - 1), pos, Interval(0, n - 1))
-    (sq,) = bank.finish(ctx.prog, [Interval(0, (n - 1) ** 2)], f"{ctx.name}.position_squared",
-                        ctx.source)
+    r = _position_range(ctx)
+    exact = Interval(0, n - 1, True)
+    ffn.product(bank, 0, pos, exact, pos, exact)
+    # |p^2 - i^2| <= 2 (n - 1) e + e^2 for |p - i| <= e, plus the product's own error: the
+    # ReLU quarter-square tables (exact only on a grid of knots) or SwiGLU's fp32 rounding
+    if ctx.prog.machine == "relu":
+        table = sum(err for *_, err in ffn.quarter_square_tables(pos, exact, pos, exact, None,
+                                                                  (None, None)))
+    else:
+        table = ffn.product_rounding(exact, exact)
+    noise = 2 * (n - 1) * r.noise + r.noise ** 2 + table
+    rng = Interval(0, (n - 1) ** 2, True, noise=noise)
+    (sq,) = bank.finish(ctx.prog, [rng], f"{ctx.name}.position_squared", ctx.source)
     ctx.prog.memo["position_squared"] = sq
+    ctx.prog.memo["position_squared_table_error"] = table  # |sq - p^2| for the decoded p
     return sq
 
 

@@ -176,8 +176,8 @@ def _on_points(ctx: LowerCtx, f: Pwl, c: Lin, r: Interval, rng: Interval) -> Int
     values = [float(v) for v in f(np.array(g.points(r)))]
     if not values:
         return rng
-    pts = Interval.of_values(values)
-    return Interval.of(pts.lo, pts.hi, pts.lattice)
+    pts = Interval.of_values(values)  # entries fp32 does not hold: rounded ONCE
+    return Interval.of(pts.lo, pts.hi, pts.lattice, rounding=pts.rounding)
 
 
 @intrinsic(lower_piecewise_table)

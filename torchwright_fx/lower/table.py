@@ -483,6 +483,10 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
                 r = dataclasses.replace(r, step=Fraction(1), offset=Fraction(0))
                 g = Grid(Fraction(1), Fraction(0))
                 ffn.check_resolution(r, g, "round of a mean times its count")
+            if g is not None and g.integral and kind != "round":
+                # whole in exact math, but a value the reference reaches inexactly can be
+                # 30.999998 there (31 / 7 * 7): floor, ceil and trunc then differ
+                refuse_ties(r, g, (Fraction(0), Fraction(1)), kind)
             if (g is not None and g.integral) or r.lo == r.hi:
                 plans.append(None)  # already an integer, or a constant
                 direct[i] = c if r.lo != r.hi else Lin.constant(_round_range(kind, r).lo)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -27,7 +26,7 @@ import torch
 
 from torchwright_fx.intrinsics import current_vocab, intrinsic
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, Interval
+from torchwright_fx.ir.ranges import BOOL, Interval, read_float
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
@@ -442,7 +441,7 @@ def _mismatch(ctx: LowerCtx, c: Lin, r: Interval, t: float
     if g is None:
         raise ffn.RangeError("tw.equals needs integer-valued (or grid-valued) streams; "
                              "declare them with tw.claim(v, lo, hi, integral=True)")
-    tq = ffn.rational(t)
+    tq = read_float(t)  # as the lattice reads its points
     if tq is None or (tq - g.offset) % g.spacing != 0 or not r.lo <= t <= r.hi:
         return None
     k = 1.0 / float(g.spacing)
@@ -462,7 +461,7 @@ def _lower_equals(ctx: LowerCtx, v: Stream, target: Any) -> Stream:
     signed: list[tuple[Lin, Interval]] = []
     with table.user_errors(ctx):
         for c, r, t in zip(v.cols, v.ranges, ts, strict=True):
-            refuse_ties(r, table.value_set(ctx, c, r), [ffn.rational(t) or Fraction(t)],
+            refuse_ties(r, table.value_set(ctx, c, r), [read_float(t)],
                         "tw.equals")
             found = _mismatch(ctx, c, r, t)
             if found is None:

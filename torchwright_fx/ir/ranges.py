@@ -118,9 +118,19 @@ def lattice_product(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     return _norm((frac_gcd(frac_gcd(s1 * o2, s2 * o1), s1 * s2), o1 * o2))
 
 
+def read_float(v: float) -> Fraction:
+    """The exact value a float stands for, read the same way everywhere (lattices, table
+    entries, thresholds): a value fp32 holds is itself; a double that is the correctly
+    rounded double of a short rational (0.1, 1/41) is that rational; any other double
+    (3 * 0.3183, pi / 10) is its own binary value."""
+    if fp32_exact(v):
+        return Fraction(float(v))
+    q = rational(v, 10 ** 6)
+    return q if q is not None and float(q) == float(v) else Fraction(float(v))
+
+
 def point_lattice(v: float) -> Lattice | None:
-    q = rational(v, GRID_DENOMINATOR)
-    return None if q is None else (Fraction(0), q)
+    return (Fraction(0), read_float(v)) if math.isfinite(v) else None
 
 
 def _check_meets(lo: float, hi: float, step: Fraction, off: Fraction) -> None:
@@ -185,12 +195,9 @@ class Interval:
         """The facts of a finite set of table entries: their lattice, reading each entry as
         the short decimal it was written as (0.1 is 1/10, as thresholds are read), else as its
         exact binary value (a fine lattice is later treated as real-valued)."""
-        def exact(v: float) -> Fraction:  # 0.1 as 1/10, as constants and thresholds read
-            return rational(v, GRID_DENOMINATOR) or Fraction(float(v))
-
-        lat: Lattice | None = (Fraction(0), exact(values[0]))
+        lat: Lattice | None = (Fraction(0), read_float(values[0]))
         for v in values[1:]:
-            lat = join(lat, (Fraction(0), exact(v)))
+            lat = join(lat, (Fraction(0), read_float(v)))
         # entries fp32 does not hold (0.1) are the decimals the user wrote, rounded once
         rounding = EXACT if all(fp32_exact(v) for v in values) else ONCE
         return Interval.of(min(values), max(values), lat, rounding=rounding)
@@ -245,11 +252,11 @@ class Interval:
                            self.noise * abs(k), _scale_rounding(self, k))
 
     def divided(self, k: float) -> Interval:
-        """x / k: the reference divides once, correctly rounded, so an exact x gives a value
-        rounded ONCE, whatever fp32 makes of 1 / k (unlike x * (1 / k))."""
+        """x / k: the reference divides once, correctly rounded (unlike x * (1 / k)): an
+        exact x gives a value rounded ONCE; an x rounded once, one whose zeros are exact."""
         out = self.scale(1.0 / k)
-        if self.rounding == EXACT and fp32_exact(k) and out.rounding != EXACT:
-            return out.with_rounding(ONCE)
+        if fp32_exact(k) and out.rounding != EXACT and self.rounding <= ONCE:
+            return out.with_rounding(ONCE if self.rounding == EXACT else PAIR)
         return out
 
     def shift(self, c: float) -> Interval:

@@ -28,6 +28,7 @@ from torchwright_fx.ir.ranges import (
     lattice_product,
     lattice_scale,
     lattice_sum,
+    read_float,
 )
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
@@ -669,7 +670,7 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     with user_errors(ctx):
         for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
             values = value_set(ctx, c, r)
-            refuse_ties(r, values, [ffn.rational(t) or Fraction(t)], "this comparison")
+            refuse_ties(r, values, [read_float(t)], "this comparison")
             fs.append(_compare_pwl(op, t, values))
             ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
             ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)

@@ -44,6 +44,7 @@ from torchwright_fx.ir.ranges import (
     lattice_sum,
     point_lattice,
     rational,
+    read_float,
 )
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.ops.numerics import (
@@ -551,8 +552,7 @@ def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
     middle half of the gap between the attainable values either side of the threshold;
     off-grid, RAMP_WIDTH wide beside the threshold, on the side away from equality (``x > t``:
     [t, t + w], ``x >= t``: [t - w, t]), exact outside it and at t itself."""
-    t = rational(s.at)
-    t = Fraction(s.at) if t is None else t
+    t = read_float(s.at)  # as the lattice reads its points
     if isinstance(grid, Fractions):
         lo, hi = grid.below(t, strict=not s.strict), grid.above(t, strict=s.strict)
         if (hi - lo) * Fraction(INTEGER_RAMP_LO) > grid.noise:

@@ -1259,3 +1259,17 @@ def test_gather_is_refused_where_its_square_is_not_exact_enough(machine, length)
         assert "position squared" in str(e)
         return
     _teacher_forced(program, ["cab", "dcba" * 10, "a" * (length - 2)])
+
+
+@pytest.mark.parametrize("form", ["==", "equals", ">="])
+@pytest.mark.parametrize("c", [math.pi / 10, 0.1, 1 / 3, 0.25])
+def test_multiples_of_a_float_coefficient(c, form):
+    """d * c against c: the coefficient and the threshold are read alike (pi / 10 as its
+    binary value; once they were not, and d * pi / 10 == pi / 10 was wrong at d = 1)."""
+    def prog(x):
+        v = _digit(x) * c
+        cond = {"==": lambda: v == c, "equals": lambda: tw.equals(v, c).bool(),
+                ">=": lambda: v >= c}[form]()
+        return torch.where(cond, tw.token("1"), tw.token("0"))
+
+    _refused_or_right(tw.compile(prog, vocab=tw.Vocab(DIGITS), max_seq_len=4), list(DIGITS))

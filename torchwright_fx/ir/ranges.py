@@ -106,8 +106,10 @@ def lattice_scale(a: Lattice | None, k: float) -> Lattice | None:
         return None
     if k == 0:
         return (Fraction(0), Fraction(0))
-    q = rational(k, GRID_DENOMINATOR)
-    return None if q is None else _norm((a[0] * abs(q), a[1] * q))
+    if not math.isfinite(k):
+        return None
+    q = read_float(k)  # as thresholds read it (0.1 is 1/10, pi / 10 its binary value)
+    return _norm((a[0] * abs(q), a[1] * q))
 
 
 def lattice_product(a: Lattice | None, b: Lattice | None) -> Lattice | None:

@@ -51,7 +51,6 @@ from torchwright_fx.ops.numerics import (
     EXACT_HALF_INTEGERS,
     EXACT_LATTICE_STEPS,
     GATE_GAP,
-    GRID_DENOMINATOR,
     HINGE_MAX_ERROR,
     INTEGER_RAMP_HI,
     INTEGER_RAMP_LO,
@@ -213,8 +212,8 @@ def fractions_of(x: Lin, signal_range: Callable[[int], Interval]) -> Fractions |
     if not x.terms:
         return None
     ranges = [signal_range(sid) for sid in x.terms]
-    coefs = [rational(c, GRID_DENOMINATOR) for c in x.terms.values()]
-    b = rational(x.const, GRID_DENOMINATOR)
+    coefs = [read_float(c) if math.isfinite(c) else None for c in x.terms.values()]
+    b = read_float(x.const) if math.isfinite(x.const) else None
     if b is None or any(c is None or c == 0 for c in coefs) or \
             len({(r.max_den, r.den_group) for r in ranges}) != 1 or \
             not 0 < ranges[0].max_den <= MAX_MEAN_DENOMINATORS:

@@ -12,7 +12,6 @@ wrong answer.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import refcheck
@@ -47,9 +46,7 @@ def check(ex: refcheck.Example) -> refcheck.Row:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", help="the --out folder of compile_checkpoints.py")
-    parser.add_argument("names", nargs="*")
+    parser = refcheck.arguments(__doc__)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     rows = []

@@ -82,9 +82,7 @@ def check(ex: refcheck.Example) -> refcheck.Row:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", help="the --out folder of compile_checkpoints.py")
-    parser.add_argument("names", nargs="*")
+    parser = refcheck.arguments(__doc__)
     parser.add_argument("--row", help=argparse.SUPPRESS)  # worker: write one Row as JSON here
     args = parser.parse_args(argv)
     examples = refcheck.load(args.root, args.names)

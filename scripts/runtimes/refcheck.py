@@ -4,6 +4,7 @@ speed measured in the same venv, the comparison and the table."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable
@@ -145,3 +146,11 @@ def finish(runtime: str, rows: list[Row]) -> int:
     print(f"\n{runtime}: {right}/{total} greedy outputs right, max |logit diff| "
           f"{max((r.max_diff for r in rows), default=0.0):.3g}")
     return 1 if wrong else 0
+
+
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The command line every runtime check shares: the compiled folder, optional names."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("root", help="the --out folder of compile_checkpoints.py")
+    parser.add_argument("names", nargs="*")
+    return parser

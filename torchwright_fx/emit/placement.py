@@ -36,14 +36,6 @@ class Placement:
     n_heads: int  # per layer in the checkpoint: the largest count, others padded with zeros
     d_ff: int
 
-    def head_of(self, producer_id: int) -> tuple[int, int] | None:
-        """(layer, head index) of a program head."""
-        for i, layer in enumerate(self.layers):
-            for h, head in enumerate(layer.heads[: len(layer.heads) - layer.n_cancel]):
-                if head.id == producer_id:
-                    return i, h
-        return None
-
 
 def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:
     """Per layer, the signals whose columns are zeroed there, in groups of at most d_head

@@ -246,9 +246,23 @@ class Compiled:
         rows = "".join(f"<tr><td>{i}</td><td>{names(la.heads)}</td><td>{len(la.heads)}</td>"
                        f"<td>{names(la.ffns)}</td><td>{len(la.lane_index)}</td></tr>"
                        for i, la in enumerate(placed.layers))
+        from torchwright_fx.backends import plot
+
+        picture = plot.plan_svg(self.build.program, self.build.plan, placed, self.fn.__name__)
         return (f"<pre>{html.escape(self.summary())}</pre><table><tr><th>layer</th>"
                 f"<th>attention: nodes</th><th>heads (of {m.n_heads})</th><th>MLP: nodes</th>"
-                f"<th>lanes (of {m.d_ff})</th></tr>{rows}</table>")
+                f"<th>lanes (of {m.d_ff})</th></tr>{rows}</table>"
+                f'<div style="overflow-x:auto">{picture}</div>')
+
+    def plot_plan(self, path: str | os.PathLike) -> Path:
+        """A picture of the plan, PNG or SVG by the extension: the residual columns over the
+        layers' attention and MLP sublayers, each value a bar from the sublayer that writes it
+        to the one that cancels its columns, labelled with its fx node name."""
+        from torchwright_fx.backends import plot
+
+        plot.plan_format(path)  # a bad extension is refused before compiling
+        b = self.build
+        return plot.plot_plan(b.program, b.plan, b.placement, path, self.fn.__name__)
 
     def report(self) -> None:
         """Print ``summary()``: layers, the two lower bounds, d, heads, lanes, parameters."""

@@ -5,9 +5,13 @@
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
     torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime]
+    torchwright-fx inspect MODULE[:ATTR] [--plan FILE.svg|FILE.png]
 
-MODULE[:ATTR] names a ``tw.Compiled`` object (ATTR defaults to ``program``), or a module with
-``make(**options)`` returning one, e.g. ``examples.binary_increment``.
+MODULE[:ATTR] names a ``tw.Compiled`` object (ATTR defaults to ``program``), a plain function
+(compiled with the module's ``VOCAB``), or a module with ``make(**options)`` returning one,
+e.g. ``examples.binary_increment``. ``inspect`` prints the report and the plan layer by layer
+(which fx node each head and MLP lane computes, the residual columns written and cancelled),
+and with ``--plan`` draws it (``Compiled.plot_plan``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ import sys
 from typing import Any
 
 from torchwright_fx.api import Compiled
+from torchwright_fx.api import compile as compile_program
 from torchwright_fx.capture.errors import TorchwrightError
+from torchwright_fx.vocab import Vocab
+
+
+class UsageError(Exception):
+    """A command line that names no program: one line on stderr, exit status 2."""
 
 
 def load_program(spec: str, options: dict[str, Any]) -> Compiled:
@@ -30,14 +40,26 @@ def load_program(spec: str, options: dict[str, Any]) -> Compiled:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        raise SystemExit(f"torchwright-fx: cannot import {module_name!r} ({e}); run from the "
-                         "directory that holds it, or add that directory to PYTHONPATH") from None
+        raise UsageError(f"cannot import {module_name!r} ({e}); run from the directory that "
+                         "holds it, or add that directory to PYTHONPATH") from None
+    except SyntaxError as e:
+        raise UsageError(f"cannot import {module_name!r}: {e}") from None
     if options and hasattr(module, "make") and not attr:
         return module.make(**options)  # type: ignore[no-any-return]
-    obj = getattr(module, attr or "program")
-    if not isinstance(obj, Compiled):
-        raise SystemExit(f"{spec} is a {type(obj).__name__}, not a tw.Compiled program")
-    return obj
+    name = attr or "program"
+    if not hasattr(module, name):
+        raise UsageError(f"module {module_name!r} has no {name!r}" + (
+            "" if attr else ": name the program as MODULE:ATTR (a tw.Compiled or a function)"))
+    obj = getattr(module, name)
+    if isinstance(obj, Compiled):
+        return obj
+    if callable(obj) and not isinstance(obj, type):
+        vocab = getattr(module, "VOCAB", None)
+        if not isinstance(vocab, Vocab):
+            raise UsageError(f"{spec} is a function, and module {module_name!r} has no VOCAB = "
+                             "tw.Vocab(...) to compile it with")
+        return compile_program(obj, vocab=vocab, **options)  # type: ignore[no-any-return]
+    raise UsageError(f"{spec} is a {type(obj).__name__}, not a tw.Compiled program")
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchwright-fx", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("compile", "report", "run", "verify"):
+    for name in ("compile", "report", "run", "verify", "inspect"):
         p = sub.add_parser(name)
         p.add_argument("program", help="MODULE[:ATTR]")
         p.add_argument("--optimize", type=int)
@@ -70,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--samples", type=int, help="random sample size (default: all)")
             p.add_argument("--seed", type=int, default=0)
             p.add_argument("--backend", choices=["hf", "runtime"], default="hf")
+        if name == "inspect":
+            p.add_argument("--plan", metavar="FILE",
+                           help="also draw the plan into FILE (.svg or .png)")
         if name == "run":
             p.add_argument("prompt")
             p.add_argument("--reference", action="store_true", help="eager semantics, no weights")
@@ -79,9 +104,19 @@ def main(argv: list[str] | None = None) -> int:
     except TorchwrightError as e:  # the user's mistake: one message, no traceback
         print(f"torchwright-fx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:
+        print(f"torchwright-fx {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "plan", None):
+        from torchwright_fx.backends.plot import plan_format
+
+        try:  # refused before the compile
+            plan_format(args.plan)
+        except ValueError as e:
+            raise UsageError(f"--plan {e}") from None
     program = load_program(args.program, _options(args))
 
     if args.command == "compile":
@@ -99,6 +134,15 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(program.stats(), indent=2, default=str))
         else:
             program.report()
+    elif args.command == "inspect":
+        from torchwright_fx.backends.plot import plan_text
+
+        program.compile()
+        program.report()
+        b = program.build
+        print(plan_text(b.program, b.plan, b.placement, program.fn.__name__))
+        if args.plan:
+            print(f"wrote {program.plot_plan(args.plan)}")
     elif args.command == "verify":
         from torchwright_fx.verify.verify import verify
 

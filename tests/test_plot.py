@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -137,3 +138,48 @@ def test_inspect_user_errors_in_process(tmp_path, monkeypatch, capsys):
     assert cli.main(["inspect", "flipmod:flip", "--max-seq-len", "8", "--plan", "p.svg"]) == 0
     assert "head 0: shift -> column" in capsys.readouterr().out
     assert any("shift" in t for t in svg_texts((tmp_path / "p.svg").read_text()))
+
+
+# -- the progress display (torchwright_fx/progress.py) ----------------------------------------
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
+    tw.compile(flip, vocab=VOCAB, max_seq_len=8).compile()
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_prints_each_stage_when_asked(capsys):
+    tw.compile(flip, vocab=VOCAB, max_seq_len=8, progress=True, optimize=1).compile()
+    err = capsys.readouterr().err
+    for needle in ("compiling flip: lower", "compiling flip: schedule\n",
+                   "compiling flip: schedule: CP-SAT solve (optimize=1)",
+                   "compiling flip: emit", "compiled flip in"):
+        assert needle in err, err
+    tw.Traced(flip, VOCAB).compile(max_seq_len=8, progress=True).compile()  # the same option
+    assert "compiled flip in" in capsys.readouterr().err
+
+
+def test_progress_on_a_terminal_redraws_one_line_unless_ci_or_off(monkeypatch):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.delenv("CI", raising=False)
+    tw.compile(flip, vocab=VOCAB, max_seq_len=8).compile()
+    shown = terminal.getvalue()
+    assert "\r\x1b[Ktorchwright-fx: compiling flip: emit" in shown and "\n" not in shown
+    assert shown.endswith("\r\x1b[K")  # erased at the end: a quick compile leaves nothing
+    for env, option in [("true", None), (None, False)]:
+        terminal.seek(0)
+        terminal.truncate()
+        if env:
+            monkeypatch.setenv("CI", env)
+        tw.compile(flip, vocab=VOCAB, max_seq_len=8, progress=option).compile()
+        assert terminal.getvalue() == ""
+        monkeypatch.delenv("CI", raising=False)
+
+
+def test_progress_option_is_validated():
+    with pytest.raises(tw.CompileError, match="progress='yes'"):
+        tw.compile(flip, vocab=VOCAB, progress="yes")

@@ -315,15 +315,16 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             d_model: int | None = _DEFAULTS.d_model, d_head: int = _DEFAULTS.d_head,
             max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
             machine: MachineKind | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
-            output: str = _DEFAULTS.output) -> Any:
+            output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
     first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts
     steps on values without a lattice as 0.1-wide ramps (each listed by ``report()``) instead
     of refusing them. ``output="value"`` lets the program return any number, for reading
     values from the hidden states (``runtime.forward(..., capture=True)``); such a build does
-    not generate."""
-    opts = Options(d_model, d_head, max_seq_len, optimize, machine, exact, output)
+    not generate. ``progress``: a one-line progress display on stderr (None: on a terminal
+    outside CI; True: always; False: never)."""
+    opts = Options(d_model, d_head, max_seq_len, optimize, machine, exact, output, progress)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

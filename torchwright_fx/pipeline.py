@@ -15,6 +15,7 @@ from typing import Any
 
 import torch.fx
 
+from torchwright_fx import progress
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
@@ -45,10 +46,14 @@ class Options:
     # "code": the output is certified to be a whole token code, decoded with a certified logit
     # margin. "value": any number, for reading values from hidden states; no generation.
     output: str = "code"
+    # a one-line progress display on stderr (torchwright_fx/progress.py). None: on a terminal
+    # outside CI only; True: always; False: never
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         choices = {"machine": (None, "swiglu", "relu"), "optimize": (0, 1, 2, 3),
-                   "output": ("code", "value"), "exact": (True, False)}
+                   "output": ("code", "value"), "exact": (True, False),
+                   "progress": (None, True, False)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
@@ -88,25 +93,31 @@ def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Prog
 def schedule_program(prog: Program, opts: Options) -> Plan:
     plan = heuristic.schedule(prog)
     if opts.optimize > 0:
+        progress.stage(f"schedule: CP-SAT solve (optimize={opts.optimize})")
         from torchwright_fx.schedule import cpsat  # imported lazily: OR-Tools is slow to load
 
         plan = cpsat.schedule(prog, plan, opts.optimize, d_model=opts.d_model)
+        progress.stage("schedule: residual columns")
     plan = columns.allocate(prog, plan, opts.d_model)
     plan.check(prog)
     return plan
 
 
 def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    prog = lower_program(gm, vocab, opts)
-    t1 = time.perf_counter()
-    plan = schedule_program(prog, opts)
-    t2 = time.perf_counter()
-    geom = Geometry(opts.d_head, opts.max_seq_len)
-    placed = place(prog, plan, geom)
-    machine = emit(prog, plan, geom, placed)
-    t3 = time.perf_counter()
+    with progress.compiling(type(gm).__name__, opts.progress):  # gm's class: the fn's name
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        progress.stage("lower")
+        prog = lower_program(gm, vocab, opts)
+        t1 = time.perf_counter()
+        progress.stage("schedule")
+        plan = schedule_program(prog, opts)
+        t2 = time.perf_counter()
+        progress.stage("emit")
+        geom = Geometry(opts.d_head, opts.max_seq_len)
+        placed = place(prog, plan, geom)
+        machine = emit(prog, plan, geom, placed)
+        t3 = time.perf_counter()
     seconds.update(lower=t1 - t0, schedule=t2 - t1, emit=t3 - t2)
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
                  bounds.peak_live_width(prog, plan))

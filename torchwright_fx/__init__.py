@@ -30,6 +30,7 @@ from torchwright_fx.numeric import (
     piecewise,
     reciprocal,
 )
+from torchwright_fx.selectors import aggregate, select, select_latest, selector_width
 from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
@@ -37,6 +38,7 @@ __all__ = [
     "Circuit", "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin",
     "check", "claim", "code", "compile", "digits_to_number", "emit", "equals", "gather",
     "is_token", "latch", "load_circuit", "lookup", "lookup2", "mean", "number_to_digits",
-    "piecewise", "position", "reciprocal", "shift", "steps_since", "token", "trace",
+    "piecewise", "position", "reciprocal", "aggregate", "select", "select_latest",
+    "selector_width", "shift", "steps_since", "token", "trace",
     "TorchwrightError", "using_vocab", "verify",
 ]

@@ -61,6 +61,15 @@ def _has_stream(value: Any) -> bool:
     return False
 
 
+def _has_lowered(value: Any) -> bool:
+    """A lowered non-stream value an intrinsic reads (a selector from tw.select)."""
+    if getattr(value, "tw_lowered", False):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_lowered(v) for v in value)
+    return False
+
+
 def _run_eagerly(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
     if node.op == "call_function":
         return node.target(*args, **kwargs)  # type: ignore[operator]
@@ -123,7 +132,9 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
     else:
         args = torch.fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-        if not _has_stream((args, kwargs)):
+        intrinsic_reads = node.op == "call_function" and info(node.target) is not None and \
+            _has_lowered((args, tuple(kwargs.values())))
+        if not _has_stream((args, kwargs)) and not intrinsic_reads:
             return _run_eagerly(node, args, kwargs)
         rule = _rule(node)
         if rule is None:

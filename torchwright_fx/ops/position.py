@@ -71,16 +71,22 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     cached = prog.memo.get("position")
     if isinstance(cached, Lin):
         return cached
+    (inverse,) = attention.mean(prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0),
+                                f"{name}.inverse_count", source)
+    pos = decode_count(prog, geom, inverse, f"{name}.position", source)
+    prog.memo["position"] = pos
+    return pos
+
+
+def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source: str) -> Lin:
+    """The count c from a head's output fl(1/(c+1)) (c < max_seq_len): one hinge per knot."""
     n = geom.max_seq_len
     if prog.machine == "swiglu" and measured_error(n) > POSITION_TOLERANCE:
         raise GeometryError(f"position decoding error {measured_error(n):.3f} at "
                             f"max_seq_len={n} exceeds {POSITION_TOLERANCE}")
-    (inverse,) = attention.mean(prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0),
-                                f"{name}.inverse_count", source)
     bank = Bank(prog.machine, 1)
     for yk, ak, sharp in knots(n):
         bank.hinge(0, yk - inverse, ak, sharpness=sharp)
-    (pos,) = bank.finish(prog, [Interval(0.0, n - 1, True, noise=noise(prog.machine, n))],
-                         f"{name}.position", source)
-    prog.memo["position"] = pos
-    return pos
+    (count,) = bank.finish(prog, [Interval(0.0, n - 1, True, noise=noise(prog.machine, n))],
+                           name, source)
+    return count

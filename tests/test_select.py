@@ -1,0 +1,142 @@
+"""tw.select / aggregate / select_latest / selector_width: compiled equals the eager reference
+and a plain-Python oracle at every position of random streams, through the runtime and the
+Phi-3 checkpoint; the selections the construction cannot certify are refused."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import load_hf
+
+import torchwright_fx as tw
+from torchwright_fx.ir.linear import Lin
+
+VOCAB = tw.Vocab("abcde\n")
+AB = (VOCAB.tokens.index("a"), VOCAB.tokens.index("b"))
+MAX_LEN = 256
+LENGTHS = [1, 2, 9, 60, MAX_LEN]
+
+
+def _code(x):
+    return tw.code(x)
+
+
+def _programs() -> dict:
+    def is_ab(x):
+        return tw.is_token(x, ["a", "b"])
+
+    return {
+        "hist": lambda x: tw.selector_width(tw.select(x, x, "==")),
+        "count_less": lambda x: tw.selector_width(tw.select(_code(x), _code(x), "<")),
+        "mean_eq": lambda x: tw.aggregate(tw.select(x, x, "=="), tw.is_token(x, "a") * 4.0),
+        "mean_le": lambda x: tw.aggregate(tw.select(_code(x), _code(x), "<="), _code(x)),
+        "latest_ne": lambda x: tw.select_latest(tw.select(_code(x), _code(x), "!="), _code(x),
+                                                default="a"),
+        "and": lambda x: tw.selector_width(tw.select(_code(x), _code(x), "==")
+                                           & tw.select(is_ab(x), is_ab(x), ">=")),
+        "or": lambda x: tw.aggregate(tw.select(_code(x), _code(x), "<")
+                                     | tw.select(is_ab(x), is_ab(x), "=="), _code(x)),
+        "not": lambda x: tw.selector_width(~tw.select(x, x, "==")),
+        "true": lambda x: tw.selector_width(tw.select(x, x, "true")),
+        "false": lambda x: tw.aggregate(tw.select(x, x, "false"), _code(x), default=2.0)
+        + 0 * _code(x),
+        "callable": lambda x: tw.aggregate(
+            tw.select(_code(x), _code(x), lambda k, q: (k + q) % 3 == 0), _code(x) * 2.0),
+        "latest_shifted": lambda x: tw.select_latest(
+            tw.select(tw.shift(_code(x), 1), _code(x), "=="), _code(x), default="e"),
+    }
+
+
+PROGRAMS = _programs()
+# integer outputs that are also token codes: the checkpoint's greedy token must equal them
+TOKEN_VALUED = ["latest_ne", "latest_shifted"]
+
+
+A, E = VOCAB.tokens.index("a"), VOCAB.tokens.index("e")
+# name -> (does query position i select key position j, the value read, the default)
+SELECTS = {
+    "hist": lambda c, i, j: c[j] == c[i],
+    "count_less": lambda c, i, j: c[j] < c[i],
+    "not": lambda c, i, j: c[j] != c[i],
+    "true": lambda c, i, j: True,
+    "and": lambda c, i, j: c[j] == c[i] and (c[j] in AB) >= (c[i] in AB),
+    "mean_eq": lambda c, i, j: c[j] == c[i],
+    "mean_le": lambda c, i, j: c[j] <= c[i],
+    "or": lambda c, i, j: c[j] < c[i] or (c[j] in AB) == (c[i] in AB),
+    "callable": lambda c, i, j: (c[j] + c[i]) % 3 == 0,
+    "false": lambda c, i, j: False,
+    "latest_ne": lambda c, i, j: c[j] != c[i],
+    "latest_shifted": lambda c, i, j: c[j - 1] == c[i],
+}
+WIDTHS = {"hist", "count_less", "not", "true", "and"}
+VALUES = {"mean_eq": lambda c, j: 4.0 * (c[j] == A), "callable": lambda c, j: 2.0 * c[j]}
+DEFAULTS = {"false": 2.0, "latest_ne": float(A), "latest_shifted": float(E)}
+
+
+def _oracle(name: str, codes: list[int]) -> list[float]:
+    """Plain Python, from the definitions in docs/ops.md (j runs over 1..i)."""
+    out = []
+    for i in range(len(codes)):
+        chosen = [j for j in range(1, i + 1) if SELECTS[name](codes, i, j)]
+        value = VALUES.get(name, lambda c, j: float(c[j]))
+        if name in WIDTHS:
+            out.append(float(len(chosen)))
+        elif not chosen:
+            out.append(DEFAULTS.get(name, 0.0))
+        elif name.startswith("latest"):
+            out.append(value(codes, chosen[-1]))
+        else:
+            out.append(sum(value(codes, j) for j in chosen) / len(chosen))
+    return out
+
+
+def _stream(length: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    tokens = [VOCAB.tokens.index(c) for c in "abcde\n"]
+    return [VOCAB.bos_id] + [rng.choice(tokens) for _ in range(length - 1)]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    out = {}
+    for name, fn in PROGRAMS.items():
+        fn.__name__ = name
+        out[name] = tw.compile(fn, vocab=VOCAB, max_seq_len=MAX_LEN, output="value").compile()
+    return out
+
+
+def _final_value(program: tw.Compiled, residual: torch.Tensor) -> torch.Tensor:
+    out: Lin = program.build.program.output
+    plan = program.build.plan
+    value = torch.full((residual.shape[0],), out.const, dtype=torch.float64)
+    for sid, coef in out.terms.items():
+        value += coef * residual[:, plan.columns[sid]].double()
+    return value
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_compiled_equals_reference_and_oracle_at_every_position(compiled, name):
+    program = compiled[name]
+    for length in LENGTHS:
+        ids = _stream(length, seed=length)
+        ref = program.traced.run(ids).double().reshape(-1)
+        oracle = torch.tensor(_oracle(name, ids), dtype=torch.float64)
+        assert torch.allclose(ref, oracle, atol=1e-6), (name, length, ref, oracle)
+        _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+        got = _final_value(program, states[-1])
+        assert (got - ref).abs().max() < 1e-4, (name, length, torch.nonzero(
+            (got - ref).abs() > 1e-4)[:5].tolist(), got[:8], ref[:8])
+
+
+@pytest.mark.parametrize("name", TOKEN_VALUED)
+def test_checkpoint_greedy_token_equals_reference(compiled, name, tmp_path):
+    program = compiled[name]
+    model, _ = load_hf(program.save_pretrained(tmp_path / name))
+    for length in LENGTHS:
+        ids = _stream(length, seed=100 + length)
+        want = program.traced.run(ids).long().reshape(-1)
+        with torch.no_grad():
+            got = model(torch.tensor([ids])).logits[0].argmax(-1)
+        assert torch.equal(got, want), (length, torch.nonzero(got != want)[:5])

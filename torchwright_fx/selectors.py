@@ -1,0 +1,540 @@
+"""RASP's query-dependent attention: ``select``, ``aggregate``, ``selector_width`` and
+``select_latest`` — their eager semantics, their facts and their lowering, in one file.
+
+Semantics (causal, as every stream here). ``tw.select(keys, queries, predicate)`` is the
+relation "position i selects position j" for ``1 <= j <= i`` where
+``predicate(keys[j], queries[i])`` holds (RASP's order: key first). The ``<bos>`` row
+(j = 0) is never selected: it is the fallback, as in ``tw.latch``. Eagerly a selector is a
+bool tensor ``[seq, seq]`` (row i = query position) holding the predicate on every pair;
+``&``, ``|`` and ``~`` combine selectors (RASP's SelectAnd / SelectOr / SelectNot) and the
+causal mask ``1 <= j <= i`` is applied by the readers:
+
+- ``aggregate(sel, v, default=0)``: the mean of ``v`` over the selected j; ``default`` when
+  none is selected (RASP's numerical and, with one selected value, categorical Aggregate).
+- ``select_latest(sel, v, default=0)``: ``v`` at the largest selected j; ``default`` when none.
+- ``selector_width(sel)``: the number of selected j, a whole number.
+
+The construction (docs/attention.md, "Query-dependent selection"). Keys and queries take
+finitely many values (token codes, integers, a grid). Each side is one-hot encoded by an MLP
+(``[x == v]`` per value, exact 0/1; the token stream is its own one-hot). The predicate is a
+0/1 matrix P[query value, key value]; grouping equal rows (or columns) gives the head's
+content dims: query dim r is ``G * [row(q_i) is r]``-style 0/1 features, key dim r the
+matching 0/1 features of k_j, so the logit of a pair is ``G`` times exactly one product
+``1 * 1`` when the predicate holds and 0 otherwise. Every selected key therefore has a
+bit-identical logit (one product of the same two numbers, plus exact zeros), which makes
+the softmax exactly uniform over the selection. A selector ``a & b`` adds the two factors'
+dims; ``|``, ``~`` and predicates over several streams are flattened to one factor over the
+tuple of values. The ``<bos>`` key has all content features zero and its own dim:
+
+- aggregate: selected ``m G``, ``<bos>`` ``m G - B``, unselected at most ``(m - 1) G``, with
+  ``G = 2 B`` and ``B = AMPLITUDE_HEADROOM * ATTENTION_MARGIN``: ``<bos>`` gets weight 0 when
+  anything is selected and 1 when nothing is (its value row is ``default``);
+- selector_width: ``<bos>`` ties with the selection (m dims of the same ``G * 1`` product),
+  so its weight is ``1/(w+1)``; the position decoder (``ops/position.py``) turns that into w;
+- select_latest: ``G`` is the latch's validity gain ``C = 2A + B`` on top of the recency lobe
+  ``A cos(theta (i - j))``, certified by the latch's fp32 margin replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchwright_fx.intrinsics import (
+    _bos,
+    _bos_value,
+    _col,
+    _input_node,
+    _moved,
+    _table_value,
+    current_vocab,
+    intrinsic,
+    resolve_callables,
+)
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import BOOL, EXACT, INEXACT, ONCE, Interval, read_float
+from torchwright_fx.lower import table
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, to_stream
+from torchwright_fx.ops import attention, ffn, numerics
+from torchwright_fx.ops.ties import refuse_ties
+
+PREDICATES: dict[str, Callable[[float, float], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge,
+    "true": lambda k, q: True, "false": lambda k, q: False,
+}
+# One side's values are one-hot encoded: at most this many (a table of this many steps).
+MAX_SELECT_VALUES = 256
+# A flattened selector (``|``, ``~``, several streams) enumerates value tuples: at most this
+# many per side.
+MAX_SELECT_TUPLES = 1024
+# A one-hot column within this of 0/1: near 1 it is exactly 1.0 in fp32 (its spacing below 1
+# is 2**-24); near 0, G times it (G <= 2**27, the latch's validity at 16k positions) stays
+# below 2**-3 of the logit, far under the margin, and under half an ulp of the G * 1 products,
+# so the selected keys' logits stay bit-identical.
+FEATURE_NOISE = 2.0 ** -30
+# Logit gains (see the module docstring): the fallback trails the selection by B, every
+# unselected key trails the fallback by B as well.
+FALLBACK_GAP = attention.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
+MEAN_GAIN = 2.0 * FALLBACK_GAP
+WIDTH_GAIN = FALLBACK_GAP
+
+
+# -- eager semantics -----------------------------------------------------------------------------
+def _values_eager(v: torch.Tensor) -> torch.Tensor:
+    """A stream's values: the token stream's codes, else the single column."""
+    if v.dim() == 2 and v.shape[1] == len(current_vocab()) and v.shape[1] > 1:
+        return v.argmax(dim=1).to(torch.float32)
+    v = _col(v)
+    if v.shape[1] != 1:
+        raise ValueError(f"select's keys and queries must be one column (or the token stream), "
+                         f"got width {v.shape[1]}")
+    return v[:, 0].to(torch.float32)
+
+
+def _predicate(predicate: str | Callable[[float, float], Any]) -> Callable[[float, float], bool]:
+    if isinstance(predicate, str):
+        if predicate not in PREDICATES:
+            raise ValueError(f"unknown predicate {predicate!r}: use one of "
+                             f"{', '.join(map(repr, PREDICATES))} or a function (key, query)")
+        return PREDICATES[predicate]
+    if not callable(predicate):
+        raise TypeError(f"a predicate is a string or a function (key, query) -> bool, got "
+                        f"{type(predicate).__name__}")
+    return lambda k, q: bool(predicate(k, q))
+
+
+def _causal(sel: torch.Tensor) -> torch.Tensor:
+    """The selector with the causal mask 1 <= j <= i applied."""
+    if sel.dim() != 2 or sel.shape[0] != sel.shape[1] or sel.dtype != torch.bool:
+        raise TypeError("expected a selector (from tw.select), got a tensor of shape "
+                        f"{tuple(sel.shape)} and dtype {sel.dtype}")
+    n = sel.shape[0]
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[:, 0] = False
+    return sel & mask
+
+
+def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Selector:
+    pred = _predicate(resolve_callables(predicate))
+    if predicate in ("true", "false"):
+        return Leaf((), (), lambda kv, qv: predicate == "true", str(predicate))
+    k, q = (v if isinstance(v, Stream) else to_stream(v, 1) for v in (keys, queries))
+    return Leaf((_side(ctx, k, "keys", 0),), (_side(ctx, q, "queries", 1),),
+                lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate))
+
+
+@intrinsic(_lower_select)
+def select(keys: torch.Tensor, queries: torch.Tensor,
+           predicate: str | Callable[[float, float], Any]) -> torch.Tensor:
+    """A selector: position i selects j (1 <= j <= i) where ``predicate(keys[j], queries[i])``.
+
+    ``predicate`` is ``"=="``, ``"!="``, ``"<"``, ``"<="``, ``">"``, ``">="`` (key op query),
+    ``"true"``, ``"false"``, or a function ``(key, query) -> bool`` of two numbers. Keys and
+    queries are one-column streams with finitely many values (the token stream counts as its
+    codes). Combine selectors with ``&``, ``|``, ``~``; read them with ``tw.aggregate``,
+    ``tw.select_latest`` and ``tw.selector_width``.
+    """
+    pred = _predicate(predicate)
+    k, q = _values_eager(keys), _values_eager(queries)
+    ku, kidx = torch.unique(k, return_inverse=True)
+    qu, qidx = torch.unique(q, return_inverse=True)
+    table_ = torch.tensor([[pred(float(kv), float(qv)) for kv in ku] for qv in qu],
+                          dtype=torch.bool).reshape(len(qu), len(ku))
+    return table_[qidx][:, kidx]
+
+
+def _default_value(default: str | float) -> float:
+    return _table_value(default)
+
+
+@intrinsic(lambda ctx, sel, v, default=0.0: _lower_aggregate(ctx, sel, v, default))
+def aggregate(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0) -> torch.Tensor:
+    """The mean of ``v`` over the positions ``sel`` selects (1 <= j <= i); ``default`` where
+    none is selected. With one selected position (or equal values) it is that value."""
+    m = _causal(sel).to(torch.float32)
+    v = _col(v).to(torch.float32)
+    counts = m.sum(dim=1, keepdim=True)
+    out = (m @ v) / counts.clamp(min=1)
+    return torch.where(counts > 0, out, torch.full_like(out, _default_value(default)))
+
+
+@intrinsic(lambda ctx, sel, v, default=0.0: _lower_latest(ctx, sel, v, default))
+def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
+                  ) -> torch.Tensor:
+    """``v`` at the most recent position ``sel`` selects (1 <= j <= i); ``default`` where none
+    is selected."""
+    m = _causal(sel)
+    v = _col(v).to(torch.float32)
+    n = m.shape[0]
+    last = torch.where(m, torch.arange(n)[None, :], torch.full((n, n), -1)).max(dim=1).values
+    out = v[last.clamp(min=0)]
+    return torch.where((last >= 0)[:, None], out, torch.full_like(out, _default_value(default)))
+
+
+@intrinsic(lambda ctx, sel: _lower_width(ctx, sel))
+def selector_width(sel: torch.Tensor) -> torch.Tensor:
+    """The number of positions ``sel`` selects (1 <= j <= i), ``[seq, 1]``."""
+    return _causal(sel).sum(dim=1, keepdim=True).to(torch.float32)
+
+
+# -- selectors at lowering time -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Side:
+    """One key or query stream: its values and their one-hot columns (exact 0/1)."""
+
+    values: tuple[float, ...]
+    onehot: tuple[Lin, ...]
+    at_bos: float  # the stream's value at <bos>, known at compile time
+    label: str
+
+
+class Selector:
+    """A selector while lowering: a predicate over the values of some key and query streams.
+    ``&``, ``|`` and ``~`` build new selectors (the lowering runs them like any Python op)."""
+
+    keys: tuple[Side, ...]
+    queries: tuple[Side, ...]
+    tw_lowered = True  # the lowering hands it to the intrinsics that read it
+
+    def holds(self, kv: Sequence[float], qv: Sequence[float]) -> bool:
+        raise NotImplementedError
+
+    def factors(self) -> list[Leaf] | None:
+        """Selectors whose dims add up to this one's (an AND); None: never selects."""
+        return [self.flat()]
+
+    def flat(self) -> Leaf:
+        return Leaf(self.keys, self.queries, self.holds, str(self))
+
+    def __and__(self, other: object) -> Selector:
+        return Combined("&", self, _selector(other))
+
+    def __or__(self, other: object) -> Selector:
+        return Combined("|", self, _selector(other))
+
+    def __invert__(self) -> Selector:
+        return Combined("~", self, None)
+
+    __rand__ = __and__
+    __ror__ = __or__
+
+
+def _selector(x: object) -> Selector:
+    if not isinstance(x, Selector):
+        raise TypeError(f"selectors combine only with selectors (tw.select), not "
+                        f"{type(x).__name__}")
+    return x
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf(Selector):
+    keys: tuple[Side, ...]
+    queries: tuple[Side, ...]
+    pred: Callable[[Sequence[float], Sequence[float]], bool]
+    label: str
+
+    def holds(self, kv: Sequence[float], qv: Sequence[float]) -> bool:
+        return self.pred(kv, qv)
+
+    def factors(self) -> list[Leaf] | None:
+        if not self.keys and not self.queries:
+            return [] if self.pred((), ()) else None
+        return [self]
+
+    def flat(self) -> Leaf:
+        return self
+
+    def __str__(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True, eq=False)
+class Combined(Selector):
+    op: str
+    a: Selector
+    b: Selector | None
+
+    @property
+    def keys(self) -> tuple[Side, ...]:  # type: ignore[override]
+        return self.a.keys + (self.b.keys if self.b else ())
+
+    @property
+    def queries(self) -> tuple[Side, ...]:  # type: ignore[override]
+        return self.a.queries + (self.b.queries if self.b else ())
+
+    def holds(self, kv: Sequence[float], qv: Sequence[float]) -> bool:
+        ka, qa = len(self.a.keys), len(self.a.queries)
+        first = self.a.holds(kv[:ka], qv[:qa])
+        if self.op == "~":
+            return not first
+        assert self.b is not None
+        second = self.b.holds(kv[ka:], qv[qa:])
+        return (first and second) if self.op == "&" else (first or second)
+
+    def factors(self) -> list[Leaf] | None:
+        if self.op == "&":
+            assert self.b is not None
+            fa, fb = self.a.factors(), self.b.factors()
+            return None if fa is None or fb is None else fa + fb
+        return [self.flat()]
+
+    def __str__(self) -> str:
+        return f"~({self.a})" if self.op == "~" else f"({self.a}) {self.op} ({self.b})"
+
+
+def _describe(predicate: Any) -> str:
+    return repr(predicate) if isinstance(predicate, str) else \
+        getattr(resolve_callables(predicate), "__name__", "predicate")
+
+
+def _side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
+    """The values of a key or query stream and their one-hot columns (shared per stream)."""
+    arg = ctx.node.args[arg_index] if arg_index < len(ctx.node.args) else None
+    label = f"{what} ({getattr(arg, 'name', arg)})"
+    if arg is _input_node(ctx):  # the token stream: its own one-hot, values = token codes
+        codes = tuple(float(i) for i in range(len(ctx.vocab)))
+        return Side(codes, tuple(s.cols), float(ctx.vocab.bos_id), label)
+    if s.width != 1:
+        raise ctx.error(f"select's {what} must be one column (or the token stream), got width "
+                        f"{s.width}")
+    col, rng = s.cols[0], s.ranges[0]
+    at_bos = _bos_value(ctx, arg_index, what)
+    if not rng.finite:
+        raise ctx.error(f"select's {what} have no finite range",
+                        "declare it with tw.claim(v, lo, hi, integral=True)")
+    if rng.rounding == INEXACT:
+        raise ctx.error(f"select's {what} are computed inexactly by the reference (fp32 rounding "
+                        "more than once), so the predicate could hold in exact arithmetic and "
+                        "fail in the reference", "compute them from whole numbers, or round "
+                        "them first (torch.round)")
+    grid = table.grid(ctx, col, rng)
+    if grid is None:
+        raise ctx.error(f"select's {what} must take finitely many values (integers, token codes "
+                        f"or a grid); these are real-valued in [{rng.lo:g}, {rng.hi:g}]",
+                        "round them (torch.round) or declare tw.claim(v, lo, hi, integral=True)")
+    points = grid.points(rng)
+    if len(points) > MAX_SELECT_VALUES:
+        raise ctx.error(f"select's {what} take {len(points)} values, more than the "
+                        f"{MAX_SELECT_VALUES} a selection head encodes",
+                        "narrow the range with tw.claim or torch.clamp; to move values by "
+                        "position use tw.shift or tw.gather")
+    key = f"select.onehot:{sorted(col.terms.items())}:{col.const}:{points[0]}:{len(points)}"
+    cached = ctx.prog.memo.get(key)
+    if isinstance(cached, tuple):
+        return Side(tuple(points), cached, at_bos, label)
+    fs = []
+    with table.user_errors(ctx):
+        for v in points:
+            refuse_ties(rng, grid, [read_float(v)], "select's ==")
+            fs.append(table._compare_pwl("eq", v, grid))
+            ffn.check_resolution(rng, grid, "select", table.COMPARE_ADVICE)
+    onehot = table.pwl_stream(ctx, [col] * len(points), [rng] * len(points), fs,
+                              [BOOL] * len(points), is_bool=True)
+    if any(r.noise > FEATURE_NOISE for r in onehot.ranges):
+        raise ctx.error(f"select's {what} could not be encoded exactly (noise "
+                        f"{max(r.noise for r in onehot.ranges):.3g})",
+                        "round them first (torch.round)")
+    ctx.prog.memo[key] = tuple(onehot.cols)
+    return Side(tuple(points), tuple(onehot.cols), at_bos, label)
+
+
+# -- features ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Features:
+    """Content dims of one factor: ``q[r] * k[r]`` summed is 1 when the factor holds, else 0
+    (each feature is 0/1 and at most one product is nonzero). Keys are 0 at <bos>."""
+
+    q: list[Lin]
+    k: list[Lin]
+
+
+def _tuple_onehot(ctx: LowerCtx, sides: tuple[Side, ...], what: str
+                  ) -> tuple[list[tuple[float, ...]], list[Lin], tuple[float, ...]]:
+    """The value tuples of several streams and a one-hot column per tuple (an AND per tuple
+    when there are several streams)."""
+    if len(sides) == 1:
+        s = sides[0]
+        return [(v,) for v in s.values], list(s.onehot), (s.at_bos,)
+    tuples = list(itertools.product(*(s.values for s in sides)))
+    if len(tuples) > MAX_SELECT_TUPLES:
+        raise ctx.error(f"this selector combines {len(sides)} {what} streams into "
+                        f"{len(tuples)} value tuples, more than {MAX_SELECT_TUPLES}",
+                        "combine selectors with & (which needs no tuples), or narrow the ranges")
+    index = [dict(zip(s.values, s.onehot, strict=True)) for s in sides]
+    counts = [sum((index[m][t[m]] for m in range(len(sides))), Lin()) for t in tuples]
+    col = table.pwl_stream(ctx, counts, [Interval(0, len(sides), True)] * len(tuples),
+                           [table._count_pwl("and", len(sides))] * len(tuples),
+                           [BOOL] * len(tuples), is_bool=True)
+    return tuples, col.cols, tuple(s.at_bos for s in sides)
+
+
+def _features(ctx: LowerCtx, leaf: Leaf) -> Features:
+    kvals, konehot, kbos = _tuple_onehot(ctx, leaf.keys, "key")
+    qvals, qonehot, _ = _tuple_onehot(ctx, leaf.queries, "query")
+    p = [[leaf.holds(kv, qv) for kv in kvals] for qv in qvals]
+    rows: dict[tuple[bool, ...], list[int]] = {}  # row pattern -> query values
+    cols: dict[tuple[bool, ...], list[int]] = {}  # column pattern -> key values
+    for a, row in enumerate(p):
+        rows.setdefault(tuple(row), []).append(a)
+    for b in range(len(kvals)):
+        cols.setdefault(tuple(p[a][b] for a in range(len(qvals))), []).append(b)
+    rows.pop(tuple([False] * len(kvals)), None)
+    cols.pop(tuple([False] * len(qvals)), None)
+    bos_key = kbos if kbos in kvals else None
+
+    def key_feature(members: list[int]) -> Lin:
+        f = sum((konehot[b] for b in members), Lin())
+        if bos_key is not None and kvals.index(bos_key) in members:
+            f = f - _bos(ctx)  # the <bos> row is never selected
+        return f
+
+    q, k = [], []
+    if len(cols) <= len(rows):  # one dim per key class: the query says which classes it takes
+        for pattern, members in cols.items():
+            k.append(key_feature(members))
+            q.append(sum((qonehot[a] for a in range(len(qvals)) if pattern[a]), Lin()))
+    else:  # one dim per query class: the key says which query classes it satisfies
+        for pattern, members in rows.items():
+            q.append(sum((qonehot[a] for a in members), Lin()))
+            k.append(key_feature([b for b in range(len(kvals)) if pattern[b]]))
+    return Features(q, k)
+
+
+def _content(ctx: LowerCtx, sel: Selector) -> list[Features] | None:
+    """The factors' features; None when the selector can never select anything."""
+    leaves = sel.factors()
+    if leaves is None:
+        return None
+    feats = [_features(ctx, leaf) for leaf in leaves]
+    if any(not f.q for f in feats):
+        return None  # a factor that never holds
+    return feats
+
+
+def _qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[float],
+        positional: bool, what: str) -> tuple[list[Lin], list[Lin]]:
+    geom = ctx.geom
+    if positional:
+        q, k = attention._positional_qk(geom, 0)
+    else:
+        q = [Lin() for _ in range(geom.d_head)]
+        k = [Lin() for _ in range(geom.d_head)]
+    dims = [(fq * gain, fk) for f in feats for fq, fk in zip(f.q, f.k, strict=True)]
+    dims += [(Lin.constant(c), _bos(ctx)) for c in bos_dims]
+    if len(dims) > geom.tail:
+        raise ctx.error(f"{what} needs {len(dims)} content dims in one head (one per class of "
+                        f"equivalent key or query values, plus the <bos> fallback), more than "
+                        f"the {geom.tail} of d_head={geom.d_head}",
+                        "compile with a larger d_head (d_head=64 gives 60), or select on "
+                        "streams with fewer distinct values")
+    for r, (ql, kl) in enumerate(dims):
+        q[attention.ROTARY_DIMS + r], k[attention.ROTARY_DIMS + r] = ql, kl
+    return q, k
+
+
+def _heads(ctx: LowerCtx, q: list[Lin], k: list[Lin], values: list[Lin],
+           ranges: list[Interval]) -> list[Lin]:
+    return attention._heads(ctx.prog, ctx.geom, q, k, values, ranges, ctx.name, ctx.source)
+
+
+def _with_default(ctx: LowerCtx, v: Stream, default: float) -> list[Lin]:
+    """v with its <bos> row replaced by ``default`` (the fallback the head reads)."""
+    row = ctx.bos_row(1, "v")
+    if row is None:
+        at_bos = [float(c.const) for c in v.cols] if all(not c.terms for c in v.cols) else None
+        if at_bos is None:
+            raise ctx.error("the value of `v` at <bos> is unknown")
+    else:
+        at_bos = [float(x) for x in row.reshape(-1)]
+        if len(at_bos) == 1 and v.width > 1:
+            at_bos *= v.width
+    bos = _bos(ctx)
+    return [c + bos * (default - b) for c, b in zip(v.cols, at_bos, strict=True)]
+
+
+def _check_selector(ctx: LowerCtx, sel: Any) -> Selector:
+    if not isinstance(sel, Selector):
+        raise ctx.error("expected a selector from tw.select", "build it with "
+                        "tw.select(keys, queries, predicate)")
+    return sel
+
+
+def _const_stream(value: float, width: int) -> Stream:
+    return Stream.const([value] * width)
+
+
+def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
+    sel = _check_selector(ctx, sel)
+    default = _default_value(default)
+    v = v if isinstance(v, Stream) else to_stream(v, 1)
+    feats = _content(ctx, sel)
+    if feats is None:
+        return _const_stream(default, v.width)
+    m = len(feats)
+    q, k = _qk(ctx, feats, MEAN_GAIN, [m * MEAN_GAIN - FALLBACK_GAP], False, "aggregate")
+    n = ctx.geom.max_seq_len
+    group = hash((ctx.name, "aggregate")) or 1  # its own denominator: the selection's count
+    ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
+                       den_group=group,
+                       noise=r.noise + numerics.MEAN_NOISE * max(r.magnitude, abs(default)),
+                       rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
+              for r in v.ranges]
+    if all(r.integral and r.lo == r.hi for r in v.ranges):  # a constant: the mean is itself
+        ranges = [dataclasses.replace(r, max_den=0) for r in ranges]
+    return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges)
+
+
+def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
+    sel = _check_selector(ctx, sel)
+    default = _default_value(default)
+    v = v if isinstance(v, Stream) else to_stream(v, 1)
+    feats = _content(ctx, sel)
+    if feats is None:
+        return _const_stream(default, v.width)
+    if len(feats) > 1:  # one validity unit, as the latch's certificate assumes
+        feats = _content(ctx, sel.flat())
+        assert feats is not None
+    try:
+        attention.check_margins(ctx.geom, 0, with_validity=True)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    gain = ctx.geom.validity
+    q, k = _qk(ctx, feats, gain, [gain] if feats else [], True, "select_latest")
+    if not feats:  # "true": every position but <bos> is valid
+        q[attention.ROTARY_DIMS] = Lin.constant(gain)
+        k[attention.ROTARY_DIMS] = 1.0 - _bos(ctx)
+    ranges = [r.hull(Interval.point(default)) for r in v.ranges]
+    ranges = _moved(ctx, ranges)
+    return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
+
+
+def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
+    from torchwright_fx.ops.position import decode_count, noise
+
+    sel = _check_selector(ctx, sel)
+    feats = _content(ctx, sel)
+    if feats is None:
+        return _const_stream(0.0, 1)
+    m = len(feats)
+    # <bos> ties with the selection: m dims of the same G * 1 product
+    q, k = _qk(ctx, feats, WIDTH_GAIN, [WIDTH_GAIN] * max(m, 1), False, "selector_width")
+    if m == 0:  # "true": every key (and <bos>) at the same logit
+        q[attention.ROTARY_DIMS] = Lin()
+    (inverse,) = _heads(ctx, q, k, [_bos(ctx)], [Interval(0.0, 1.0)])
+    n = ctx.geom.max_seq_len
+    try:
+        width = decode_count(ctx.prog, ctx.geom, inverse, f"{ctx.name}.width", ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "lower max_seq_len") from None
+    return Stream([width], [Interval(0, n - 1, True, noise=noise(ctx.prog.machine, n))])
+
+
+__all__ = ["aggregate", "select", "select_latest", "selector_width"]

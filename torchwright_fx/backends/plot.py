@@ -212,8 +212,9 @@ def _figure(prog: Program, plan: Plan, placement: Placement, title: str) -> Any:
         heads = len(layer.heads) - layer.n_cancel
         cancel = f" +{layer.n_cancel} cancel" if layer.n_cancel else ""
         ticks += [2 * i + 0.5, 2 * i + 1.5]
-        names += [f"L{i} attention\n{heads} heads{cancel}", f"L{i} MLP\n{len(layer.lane_index)} "
-                  "lanes"]
+        lanes = len(layer.lane_index)
+        names += [f"L{i} attention\n{heads} {_plural(heads, 'head')}{cancel}",
+                  f"L{i} MLP\n{lanes} {_plural(lanes, 'lane')}"]
     ticks.append(end + 0.5)
     names.append("output")
     ax.set_xticks(ticks, names, fontsize=7)

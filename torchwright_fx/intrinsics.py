@@ -329,7 +329,12 @@ def latch(v: torch.Tensor, when: torch.Tensor) -> torch.Tensor:
 def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
                 default: str | float = "<eos>") -> Stream:
     if trigger.width != 1 or not trigger.ranges[0].is_bool:
-        raise ctx.error("emit's trigger must be a 0/1 stream of width 1")
+        r = trigger.ranges[0]
+        got = f"width {trigger.width}" if trigger.width != 1 else \
+            f"values in [{r.lo:g}, {r.hi:g}]" + ("" if r.integral else ", not whole numbers")
+        raise ctx.error(f"emit's trigger must be a 0/1 stream of width 1, got {got}",
+                        "build it from tw.is_token, comparisons and & | ~; a value you know is "
+                        "always 0 or 1 can be declared with tw.claim(v, 0, 1, integral=True)")
     _need_gate(ctx, trigger.ranges[0], "emit's trigger")
     fallback = _table_value(default)
     items = [to_stream(_table_value(s) if isinstance(s, str) else s, 1) for s in seq]
@@ -411,13 +416,27 @@ def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torc
         if integral:
             off = (v - snapped).abs() - v.abs() * CLAIM_INTEGRAL_REL
             if float(off.max()) > CLAIM_INTEGRAL_TOL:
+                at = int(off.reshape(off.shape[0], -1).amax(dim=1).argmax())
                 raise AssertionError("tw.claim violated: non-integer values in an integral "
-                                     f"claim (e.g. {float(v.reshape(-1)[int(off.argmax())])})")
-        if snapped.min() < lo or snapped.max() > hi:
+                                     f"claim (e.g. {float(v.reshape(-1)[int(off.argmax())])}"
+                                     f"){_claim_where(at)}")
+        outside = (snapped < lo) | (snapped > hi)
+        if bool(outside.any()):
+            at = int(outside.reshape(outside.shape[0], -1).any(dim=1).float().argmax())
             raise AssertionError(f"tw.claim violated: values in [{float(snapped.min())}, "
-                                 f"{float(snapped.max())}] outside [{lo}, {hi}]")
+                                 f"{float(snapped.max())}] outside [{lo}, {hi}]"
+                                 f"{_claim_where(at)}")
     return snapped
 
+
+
+def _claim_where(position: int) -> str:
+    """Where a claim first fails: claims hold at every position, <bos> (0) included."""
+    if position == 0:
+        return ("; first at position 0, the <bos> row (claims are checked at every position, "
+                "<bos> included: give the value a default there, e.g. torch.where("
+                "tw.is_token(x, '<bos>'), lo, v), or widen the claim)")
+    return f"; first at position {position}"
 
 
 # -- position-based intrinsics -----------------------------------------------------------------

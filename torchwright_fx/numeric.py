@@ -405,8 +405,17 @@ def _lower_number_to_digits(ctx: LowerCtx, v: Stream, n_digits: int, base: int =
     with table.user_errors(ctx):
         ffn.need_finite(r, "number_to_digits")
     if r.lo < 0:
-        raise ctx.error(f"number_to_digits needs a non-negative range, got [{r.lo}, {r.hi}]",
-                        "declare it with tw.claim(v, 0, hi, integral=True)")
+        bos = ctx.bos_row(0)
+        at_bos = float(bos.reshape(-1)[0]) if bos is not None else 0.0
+        if at_bos < 0:
+            raise ctx.error(f"number_to_digits needs a non-negative value, and this one is "
+                            f"{at_bos:g} at <bos> (position 0; its range is [{r.lo:g}, "
+                            f"{r.hi:g}])", "clamp it first, torch.clamp(v, min=0) (a claim "
+                            "would fail at <bos>), or give it a default there with "
+                            "torch.where(tw.is_token(x, '<bos>'), 0, v)")
+        raise ctx.error(f"number_to_digits needs a non-negative range, got [{r.lo:g}, {r.hi:g}]",
+                        "clamp it (torch.clamp(v, min=0)) or declare it with "
+                        "tw.claim(v, 0, hi, integral=True)")
     wraps = r.hi >= base ** n_digits  # the top digit needs its own modulus
     powers = [float(base ** k) for k in range(n_digits + (1 if wraps else 0))]
     scaled = Stream([v.cols[0] * (1.0 / p) for p in powers], [r.divided(p) for p in powers])

@@ -20,6 +20,22 @@ from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.vocab import Vocab
 
 
+# What to write instead of torch ops that act across positions (by the op's name).
+HINTS = {
+    "cumsum": "a running sum over positions is tw.mean(v) * (tw.position(x) + 1) (or "
+              "tw.mean(v, where=w) times a count); a running count of a 0/1 stream is "
+              "tw.selector_width(tw.select(w, w, lambda k, q: k == 1))",
+    "roll": "positions move only backwards, through attention: tw.shift(v, k) is v k "
+            "positions back",
+    "flip": "a causal model cannot read ahead: print the input backwards after a trigger with "
+            "tw.gather(v, at) (see examples/sort_digits_v1.py)",
+    "sort": "sort by counting: for each output step, the value v whose count of smaller keys "
+            "equals the step (tw.select / tw.selector_width, or tw.mean per value)",
+    "cumprod": "no running product: take logs of a bounded value with tw.piecewise and a "
+               "running mean (tw.mean), or carry it one step at a time with tw.shift",
+}
+
+
 def choose_machine(gm: torch.fx.GraphModule, requested: MachineKind | None) -> MachineKind:
     """One op library per program: the one its library ops name, else the requested one."""
     first_use: dict[str, torch.fx.Node] = {}
@@ -138,8 +154,10 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
             return _run_eagerly(node, args, kwargs)
         rule = _rule(node)
         if rule is None:
-            raise node_error(node, f"no lowering for {op_name(node)}",
-                             "see docs/ops.md for the supported torch ops and tw intrinsics")
+            name = op_name(node)
+            raise node_error(node, f"no lowering for {name}", HINTS.get(
+                name.split(".")[-1], "see docs/ops.md for the supported torch ops and tw "
+                                     "intrinsics"))
         ctx = LowerCtx(prog, geom, vocab, node)
         try:
             value = rule(ctx, *args, **kwargs)

@@ -855,8 +855,15 @@ def _max_or_reduction(sign: float) -> Rule:
     def lower(ctx: LowerCtx, a: Any, b: Any = None, *rest: Any, **kwargs: Any) -> Stream:
         if b is None or isinstance(b, int) or rest or kwargs:
             name = "max" if sign > 0 else "min"
-            raise ctx.error(f"torch.{name} as a reduction",
-                            f"use torch.{name}imum(a, b) of two streams")
+            dim = b if isinstance(b, int) else kwargs.get("dim")
+            if dim in (0, -2) or dim is None:
+                raise ctx.error(f"torch.{name} over positions (dim=0) would read the whole "
+                                "sequence, future included",
+                                f"use tw.arg{name}(score, v) for the value at the best position "
+                                f"so far, or torch.{name}imum(a, b) of two streams")
+            raise ctx.error(f"torch.{name} as a reduction over the last dim",
+                            f"use torch.{name}imum(a, b) of two streams, or tw.arg{name} "
+                            "over positions")
         return _extremum(ctx, a, b, sign)
 
     return lower

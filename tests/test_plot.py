@@ -129,6 +129,7 @@ def test_inspect_user_errors_in_process(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     for argv, needle in [(["flipmod:flip", "--plan", "p.pdf"], "PNG or SVG"),
+                         (["flipmod:flip", "--plan", "no/such/dir/p.svg"], "No such file"),
                          (["flipmod"], "has no 'program'"),
                          (["flipmod:NOT_A_PROGRAM"], "not a tw.Compiled")]:
         assert cli.main(["inspect", *argv]) == 2

@@ -142,7 +142,10 @@ def _run(args: argparse.Namespace) -> int:
         b = program.build
         print(plan_text(b.program, b.plan, b.placement, program.fn.__name__))
         if args.plan:
-            print(f"wrote {program.plot_plan(args.plan)}")
+            try:
+                print(f"wrote {program.plot_plan(args.plan)}")
+            except OSError as e:  # a folder that does not exist, no permission
+                raise UsageError(f"--plan {args.plan}: {e.strerror or e}") from None
     elif args.command == "verify":
         from torchwright_fx.verify.verify import verify
 

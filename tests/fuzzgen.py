@@ -222,7 +222,7 @@ class _Gen:
     def real_op(self) -> Var:
         d = self.d
         form = d.pick(("mean", "mean_where", "div", "affine", "sdiv", "decimal", "dtable",
-                       "dwhere", "rmove"))
+                       "dwhere", "rmove", "aggregate"))
         if form == "decimal":  # constants fp32 does not hold: the reference rounds them
             a, c = self.some("int"), d.pick((0.1, 0.3, 0.7, 1.3, 2.5, 0.05))
             lo, hi = sorted((a.lo * c, a.hi * c))
@@ -249,6 +249,11 @@ class _Gen:
             w = self.some("bit")
             return self.new(f"tw.mean({a.name}, where={w.name})", "real", a.lo, a.hi,
                             f"mean:{w.name}")
+        if form == "aggregate":
+            a = self.some("int") if d.chance(0.7) else self.some("bit")
+            default = d.int(math.floor(a.lo), math.ceil(a.hi))
+            return self.new(f"tw.aggregate({self.selector()}, {a.name}, default={default})",
+                            "real", a.lo, a.hi, "aggregate")
         if form == "div":
             a, c = self.some("int"), d.pick((2, 3, 4, 5, 10, 7))
             return self.new(f"{a.name} / {c}", "real", a.lo / c, a.hi / c, "lattice")
@@ -266,13 +271,37 @@ class _Gen:
         bounds = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
         return self.new(f"{a.name} / {b.name}", "real", min(bounds), max(bounds), "other")
 
+    # -- selectors (tw.select) --
+    PREDICATES = ("==", "!=", "<", "<=", ">", ">=", "true", "false",
+                  "lambda k, q: (k + q) % 3 == 0", "lambda k, q: abs(k - q) <= 1")
+
+    def select_side(self) -> str:
+        """A key or query stream with few values (a selection head has ~27 classes)."""
+        d = self.d
+        small = [v for v in self.pool if v.kind in ("int", "bit", "code")
+                 and v.hi - v.lo <= 12]
+        if small and d.chance(0.7):
+            return d.pick(small[::-1][:4]).name
+        return d.pick(("x", self.bit_leaf().name, self.code_leaf().name))
+
+    def selector(self, depth: int = 0) -> str:
+        d = self.d
+        if depth < 2 and d.chance(0.25):
+            op = d.pick(("&", "|", "~"))
+            if op == "~":
+                return f"~{self.selector(depth + 1)}"
+            return f"({self.selector(depth + 1)} {op} {self.selector(depth + 1)})"
+        pred = d.pick(self.PREDICATES)
+        pred = pred if pred.startswith("lambda") else repr(pred)
+        return f"tw.select({self.select_side()}, {self.select_side()}, {pred})"
+
     # -- integers --
     def int_op(self) -> Var:
         d = self.d
         form = d.pick(("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
                        "mod", "round", "digits", "shift", "latch", "arg", "gather", "steps",
                        "count", "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign",
-                       "leaf"))
+                       "width", "latest", "leaf"))
         a = self.some("int")
         lo, hi = math.floor(a.lo), math.ceil(a.hi)
         keep = a.kind if a.kind in ("code", "bit") else "int"
@@ -356,6 +385,12 @@ class _Gen:
             return self.new(f"tw.gather({a.name}, {at.name})", keep, lo, hi)
         if form == "steps":
             return self.new(f"tw.steps_since({self.some('bit').name})", "int", 0, self.L - 1)
+        if form == "width":
+            return self.new(f"tw.selector_width({self.selector()})", "int", 0, self.L - 1)
+        if form == "latest":
+            default = d.int(lo, hi)
+            return self.new(f"tw.select_latest({self.selector()}, {a.name}, default={default})",
+                            keep, lo, hi)
         if form == "count":
             b = self.some("bit")
             if d.chance(0.3):

@@ -339,9 +339,14 @@ def _side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     onehot = table.pwl_stream(ctx, [col] * len(points), [rng] * len(points), fs,
                               [BOOL] * len(points), is_bool=True)
     if any(r.noise > FEATURE_NOISE for r in onehot.ranges):
-        raise ctx.error(f"select's {what} could not be encoded exactly (noise "
-                        f"{max(r.noise for r in onehot.ranges):.3g})",
-                        "round them first (torch.round)")
+        raise ctx.error(f"select's {what} are not bit-exact in the compiled model (off by up to "
+                        f"{rng.noise:.3g}: values decoded from positions or counts, such as "
+                        "tw.position, tw.steps_since and tw.selector_width, are within a "
+                        "tolerance of the integer), and a selection head needs exact 0/1 "
+                        "encodings of its keys and queries",
+                        "select on token codes, tables and comparisons of them, or values "
+                        "moved by tw.shift / tw.latch; to find the position holding a count, "
+                        "compare the count with a threshold and use tw.latch or tw.argmax")
     ctx.prog.memo[key] = tuple(onehot.cols)
     return Side(tuple(points), tuple(onehot.cols), at_bos, label)
 

@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install demo test test-all lint bench lock clean runtime-vllm runtime-tl runtime-llama \
-	test-runtimes
+	test-runtimes bench-tracr
 
 $(PY):
 	python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -107,3 +107,22 @@ runtime-tl: $(RT_STAMP) $(TL_VENV)/.installed
 
 # every runtime beside transformers (not part of `make test`; docs/runtimes.md)
 test-runtimes: runtime-llama runtime-vllm runtime-tl
+
+# tracr side by side (issue 16; not part of `make test`): tracr-pypi with jax and haiku in its
+# own venv under .runtimes/tracr (pins in scripts/tracr/requirements.txt, about 700 MB, under
+# a minute once), then every tracr lib.py program compiled by tracr at max_seq_len 5, 10, 20
+# and checked on 200 random inputs each; writes build/tracr/tracr_results.json (about 4 min).
+TRACR_DIR := .runtimes/tracr
+TRACR_PY := $(TRACR_DIR)/venv/bin/python
+TRACR_STAMP := $(TRACR_DIR)/.installed
+
+$(TRACR_STAMP): scripts/tracr/requirements.txt
+	rm -rf $(TRACR_DIR)/venv
+	mkdir -p $(TRACR_DIR)
+	python3.11 -m venv $(TRACR_DIR)/venv || python3 -m venv $(TRACR_DIR)/venv
+	$(TRACR_PY) -m pip install -q -r scripts/tracr/requirements.txt
+	touch $(TRACR_STAMP)
+
+bench-tracr: $(TRACR_STAMP)
+	OMP_NUM_THREADS=1 XLA_FLAGS=--xla_cpu_multi_thread_eigen=false \
+		$(TRACR_PY) scripts/tracr/bench_tracr.py

@@ -21,16 +21,24 @@ def flip(x):
     return tw.emit(nl, [tw.token("0") + 1 - tw.shift(bit, 1)])
 
 
-def test_pipeline_with_max_new_tokens_warns_nothing(example, caplog):
+def test_pipeline_default_call_warns_nothing(example, caplog):
     from transformers import pipeline
 
     generate = pipeline("text-generation", model=str(example("binary_increment").directory))
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
         warnings.simplefilter("always")
-        out = generate("1011\n", max_new_tokens=8, return_full_text=False)
+        out = generate("1011\n", return_full_text=False)
     assert out[0]["generated_text"] == "1100"
     assert [str(w.message) for w in caught] == []
     assert [r.getMessage() for r in caplog.records if r.name.startswith("transformers")] == []
+
+
+def test_pipeline_with_max_new_tokens_still_works(example):
+    from transformers import pipeline
+
+    generate = pipeline("text-generation", model=str(example("binary_increment").directory))
+    assert generate("1011\n", max_new_tokens=8, return_full_text=False)[0][
+        "generated_text"] == "1100"
 
 
 def count_to_forty(x):

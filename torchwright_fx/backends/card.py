@@ -39,14 +39,14 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         "## Run it", "",
         "DIR is this directory" + ("" if prompt is not None else
                                    "; PROMPT a prompt of the program's domain") + ".", "",
-        "transformers (the generation config stops at `<eos>` and sets `max_new_tokens`, so "
-        "limit answers with `max_new_tokens`: a `max_length` argument gives way to it with a "
-        "warning; past max_seq_len transformers warns and nothing is certified; prompts are "
-        "characters of the vocabulary, `<bos>` is added by the tokenizer):", "",
+        "transformers (the generation config stops at `<eos>` or at `max_length` = max_seq_len "
+        "tokens, prompt included, where the certificate ends; a `max_new_tokens` argument "
+        "takes precedence with a warning, and past max_seq_len nothing is certified; prompts "
+        "are characters of the vocabulary, `<bos>` is added by the tokenizer):", "",
         "```python",
         "from transformers import pipeline",
         "generate = pipeline(\"text-generation\", model=DIR, dtype=\"float32\")",
-        f"print(generate({p}, max_new_tokens={n_new}, return_full_text=False)[0]"
+        f"print(generate({p}, return_full_text=False)[0]"
         "[\"generated_text\"])",
         "```", "",
         "onnxruntime (`torch.onnx` export, static KV cache):", "",

@@ -87,11 +87,11 @@ def _tokenizer_files(vocab: Vocab, m: Machine, out: Path) -> None:
               # characters; only the post-processor adds <bos>)
               "split_special_tokens": True, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    # max_new_tokens, not max_length: transformers warns when a caller's max_new_tokens meets a
-    # max_length from this file. Past max_seq_len its MaxLengthCriteria warns (the model is
-    # certified only up to max_position_embeddings = max_seq_len).
+    # max_length = max_seq_len: a default generate() or pipeline() call stops where the
+    # certificate ends (prompt plus answer, <bos> included). A caller's max_new_tokens takes
+    # precedence, with transformers' warning that both are set: that caller chose the length.
     generation = {"bos_token_id": m.bos_id, "eos_token_id": m.eos_id, "pad_token_id": m.eos_id,
-                  "do_sample": False, "max_new_tokens": m.max_seq_len}
+                  "do_sample": False, "max_length": m.max_seq_len}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
 
 

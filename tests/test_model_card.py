@@ -21,16 +21,30 @@ def flip(x):
     return tw.emit(nl, [tw.token("0") + 1 - tw.shift(bit, 1)])
 
 
-def test_pipeline_default_call_warns_nothing(example, caplog):
+@pytest.fixture
+def transformers_logs(caplog):
+    """transformers' own log records (it does not propagate them to the root logger)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level(logging.WARNING):
+            yield caplog
+    finally:
+        hf_logging.disable_propagation()
+
+
+def test_pipeline_default_call_warns_nothing(example, transformers_logs):
     from transformers import pipeline
 
     generate = pipeline("text-generation", model=str(example("binary_increment").directory))
-    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = generate("1011\n", return_full_text=False)
     assert out[0]["generated_text"] == "1100"
     assert [str(w.message) for w in caught] == []
-    assert [r.getMessage() for r in caplog.records if r.name.startswith("transformers")] == []
+    assert [r.getMessage() for r in transformers_logs.records
+            if r.name.startswith("transformers")] == []
 
 
 def test_pipeline_with_max_new_tokens_still_works(example):
@@ -101,3 +115,24 @@ def test_cli_writes_gguf_and_refuses_it_for_relu(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gated-ReLU" in err and "swiglu" in err
     assert not (tmp_path / "r.gguf").exists()
+
+
+def pos_digits(x):
+    return tw.token("0") + tw.position(x) % 10
+
+
+def test_over_long_prompt_through_transformers_is_never_silent(tmp_path, transformers_logs):
+    """What plain transformers does with a prompt past max_seq_len (we cannot raise our
+    InputError inside a stock model): the default call refuses (generation_config's
+    max_length), an explicit max_new_tokens runs with transformers' warnings."""
+    from transformers import pipeline
+
+    program = tw.compile(pos_digits, vocab=tw.Vocab("x0123456789"), max_seq_len=64)
+    generate = pipeline("text-generation", model=str(program.save_pretrained(tmp_path / "hf")))
+    with pytest.raises(ValueError, match="max_length"):
+        generate("x" * 80, return_full_text=False)
+    generate("x" * 80, return_full_text=False, max_new_tokens=3)
+    warned = " ".join(r.getMessage() for r in transformers_logs.records)
+    assert "(81 > 64)" in warned and "exceeded the model's predefined maximum length" in warned
+    with pytest.raises(tw.InputError, match="max_seq_len"):
+        program.generate("x" * 80)

@@ -879,7 +879,7 @@ REFUSALS = {
     _refuse_gather_half: "integer-valued",
     _refuse_argmax_mean: "integer-valued score",
     _refuse_cumsum: "no lowering for torch.cumsum",
-    _refuse_negative_digits: "non-negative range",
+    _refuse_negative_digits: "number_to_digits needs a non-negative",
     _refuse_stream_floordiv: "exact=False",
 }
 

@@ -80,6 +80,10 @@ MAX_SELECT_TUPLES = 1024
 # below 2**-3 of the logit, far under the margin, and under half an ulp of the G * 1 products,
 # so the selected keys' logits stay bit-identical.
 FEATURE_NOISE = 2.0 ** -30
+# Parts of one selection (selectors joined by &, digits of a large ==): the selected keys'
+# logits are sums of this many equal products G * 1, which fp32 adds to the same value in
+# any order only up to three terms (x + x is exact, x + 2x the only sum of three).
+MAX_FACTORS = 3
 # Logit gains (see the module docstring): the fallback trails the selection by B, every
 # unselected key trails the fallback by B as well.
 FALLBACK_GAP = attention.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
@@ -128,7 +132,8 @@ def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Sel
         return Leaf((), (), lambda kv, qv: predicate == "true", str(predicate))
     k, q = (v if isinstance(v, Stream) else to_stream(v, 1) for v in (keys, queries))
     return Leaf((_side(ctx, k, "keys", 0),), (_side(ctx, q, "queries", 1),),
-                lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate))
+                lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate),
+                predicate if isinstance(predicate, str) else None)
 
 
 @intrinsic(_lower_select)
@@ -188,12 +193,48 @@ def selector_width(sel: torch.Tensor) -> torch.Tensor:
 # -- selectors at lowering time -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Side:
-    """One key or query stream: its values and their one-hot columns (exact 0/1)."""
+    """One key or query stream: its values, and 0/1 indicator columns of sets of them built on
+    demand (one MLP staircase each, shared per stream; the token stream's are free)."""
 
     values: tuple[float, ...]
-    onehot: tuple[Lin, ...]
     at_bos: float  # the stream's value at <bos>, known at compile time
     label: str
+    col: Lin | None = None  # the stream (None: the token stream, see ``tokens``)
+    rng: Interval | None = None
+    grid: ffn.Grid | None = None
+    tokens: tuple[Lin, ...] = ()  # the token stream's one-hot columns
+
+    def indicator(self, ctx: LowerCtx, members: Sequence[int]) -> Lin:
+        """1 where the stream's value is one of ``values[m]`` for m in members, else 0."""
+        if self.col is None:
+            return sum((self.tokens[m] for m in members), Lin())
+        assert self.rng is not None and self.grid is not None
+        chosen = sorted(set(members))
+        key = (f"select.indicator:{sorted(self.col.terms.items())}:{self.col.const}:"
+               f"{self.values[0]}:{len(self.values)}:{chosen}")
+        cached = ctx.prog.memo.get(key)
+        if isinstance(cached, Lin):
+            return cached
+        steps, m = [], 0
+        while m < len(chosen):  # one up-step and one down-step per run of consecutive values
+            end = m
+            while end + 1 < len(chosen) and chosen[end + 1] == chosen[end] + 1:
+                end += 1
+            lo, hi = self.values[chosen[m]], self.values[chosen[end]]
+            steps += [ffn.Step(lo, False, 1.0), ffn.Step(hi, True, -1.0)]
+            m = end + 1
+        with table.user_errors(ctx):
+            for step in steps:
+                refuse_ties(self.rng, self.grid, [read_float(step.at)], "select")
+            f = ffn.staircase(0.0, steps, self.grid)
+            ffn.check_resolution(self.rng, self.grid, "select", table.COMPARE_ADVICE)
+            ffn.check_staircase(f, self.rng, self.grid, "select", table.COMPARE_ADVICE)
+        col = _whole_column(ctx, self.col, self.rng, f, self.label)
+        ctx.prog.memo[key] = col
+        return col
+
+    def onehot(self, ctx: LowerCtx) -> list[Lin]:
+        return [self.indicator(ctx, [m]) for m in range(len(self.values))]
 
 
 class Selector:
@@ -240,6 +281,7 @@ class Leaf(Selector):
     queries: tuple[Side, ...]
     pred: Callable[[Sequence[float], Sequence[float]], bool]
     label: str
+    op: str | None = None  # the predicate's name when it is one of PREDICATES
 
     def holds(self, kv: Sequence[float], qv: Sequence[float]) -> bool:
         return self.pred(kv, qv)
@@ -301,10 +343,10 @@ def _side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     label = f"{what} ({getattr(arg, 'name', arg)})"
     if arg is _input_node(ctx):  # the token stream: its own one-hot, values = token codes
         codes = tuple(float(i) for i in range(len(ctx.vocab)))
-        return Side(codes, tuple(s.cols), float(ctx.vocab.bos_id), label)
+        return Side(codes, float(ctx.vocab.bos_id), label, tokens=tuple(s.cols))
     if s.width != 1:
-        raise ctx.error(f"select's {what} must be one column (or the token stream), got width "
-                        f"{s.width}")
+        raise ctx.error(f"select's {what} must be one column (or the token stream x itself), "
+                        f"got width {s.width}", "select on tw.code(...) of a moved token stream")
     col, rng = s.cols[0], s.ranges[0]
     at_bos = _bos_value(ctx, arg_index, what)
     if not rng.finite:
@@ -326,29 +368,7 @@ def _side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
                         f"{MAX_SELECT_VALUES} a selection head encodes",
                         "narrow the range with tw.claim or torch.clamp; to move values by "
                         "position use tw.shift or tw.gather")
-    key = f"select.onehot:{sorted(col.terms.items())}:{col.const}:{points[0]}:{len(points)}"
-    cached = ctx.prog.memo.get(key)
-    if isinstance(cached, tuple):
-        return Side(tuple(points), cached, at_bos, label)
-    fs = []
-    with table.user_errors(ctx):
-        for v in points:
-            refuse_ties(rng, grid, [read_float(v)], "select's ==")
-            fs.append(table._compare_pwl("eq", v, grid))
-            ffn.check_resolution(rng, grid, "select", table.COMPARE_ADVICE)
-    onehot = table.pwl_stream(ctx, [col] * len(points), [rng] * len(points), fs,
-                              [BOOL] * len(points), is_bool=True)
-    if any(r.noise > FEATURE_NOISE for r in onehot.ranges):
-        raise ctx.error(f"select's {what} are not bit-exact in the compiled model (off by up to "
-                        f"{rng.noise:.3g}: values decoded from positions or counts, such as "
-                        "tw.position, tw.steps_since and tw.selector_width, are within a "
-                        "tolerance of the integer), and a selection head needs exact 0/1 "
-                        "encodings of its keys and queries",
-                        "select on token codes, tables and comparisons of them, or values "
-                        "moved by tw.shift / tw.latch; to find the position holding a count, "
-                        "compare the count with a threshold and use tw.latch or tw.argmax")
-    ctx.prog.memo[key] = tuple(onehot.cols)
-    return Side(tuple(points), tuple(onehot.cols), at_bos, label)
+    return Side(tuple(points), at_bos, label, col, rng, grid)
 
 
 # -- features ------------------------------------------------------------------------------------
@@ -361,43 +381,76 @@ class Features:
     k: list[Lin]
 
 
-def _tuple_onehot(ctx: LowerCtx, sides: tuple[Side, ...], what: str
-                  ) -> tuple[list[tuple[float, ...]], list[Lin], tuple[float, ...]]:
-    """The value tuples of several streams and a one-hot column per tuple (an AND per tuple
-    when there are several streams)."""
+@dataclass(frozen=True)
+class Encoded:
+    """One side of a factor: its value tuples and 0/1 indicators of sets of them."""
+
+    values: list[tuple[float, ...]]
+    indicator: Callable[[Sequence[int]], Lin]
+    at_bos: tuple[float, ...]
+
+
+def _whole_column(ctx: LowerCtx, x: Lin, rng: Interval, f: ffn.Pwl, label: str) -> Lin:
+    """f(x), 0/1, as one signal holding the whole value (no affine part or constant outside,
+    the constant from a constant lane: SiLU(S)/S is exactly 1), so that a head's query row
+    G * column computes exactly the same product as the constant G of the <bos> dims."""
+    bank = ctx.bank(1)
+    ffn.emit_into_bank(bank, 0, x, rng, f)
+    const, bank.consts[0] = bank.consts[0], 0.0
+    if const:
+        bank.hinge(0, Lin.constant(1.0), const)
+    grid = table.value_set(ctx, x, rng)
+    exact = ffn.exact_lanes(f, x, rng, lambda sid: ctx.prog.signals[sid].range)
+    noise = ffn.pwl_noise(f, rng, grid, ctx.prog.machine, exact)
+    if noise > FEATURE_NOISE:
+        raise ctx.error(
+            f"select's {label} are not bit-exact in the compiled model (off by up to "
+            f"{rng.noise:.3g}: values decoded from positions or counts, such as tw.position, "
+            "tw.steps_since and tw.selector_width, are within a tolerance of the integer), and "
+            "a selection head needs exact 0/1 encodings of its keys and queries",
+            "select on token codes, tables and comparisons of them, or values moved by "
+            "tw.shift / tw.latch; to find the position holding a count, compare the count "
+            "with a threshold and use tw.latch or tw.argmax")
+    (col,) = bank.finish(ctx.prog, [BOOL], f"{ctx.name}.indicator", ctx.source)
+    return col
+
+
+def _encode(ctx: LowerCtx, sides: tuple[Side, ...], what: str) -> Encoded:
+    """The value tuples of the streams and their indicators: one stream's own, or a one-hot
+    column per tuple of several streams (an AND lane per tuple)."""
     if len(sides) == 1:
         s = sides[0]
-        return [(v,) for v in s.values], list(s.onehot), (s.at_bos,)
+        return Encoded([(v,) for v in s.values], lambda m: s.indicator(ctx, m), (s.at_bos,))
     tuples = list(itertools.product(*(s.values for s in sides)))
     if len(tuples) > MAX_SELECT_TUPLES:
         raise ctx.error(f"this selector combines {len(sides)} {what} streams into "
                         f"{len(tuples)} value tuples, more than {MAX_SELECT_TUPLES}",
                         "combine selectors with & (which needs no tuples), or narrow the ranges")
-    index = [dict(zip(s.values, s.onehot, strict=True)) for s in sides]
+    index = [dict(zip(s.values, s.onehot(ctx), strict=True)) for s in sides]
     counts = [sum((index[m][t[m]] for m in range(len(sides))), Lin()) for t in tuples]
-    col = table.pwl_stream(ctx, counts, [Interval(0, len(sides), True)] * len(tuples),
-                           [table._count_pwl("and", len(sides))] * len(tuples),
-                           [BOOL] * len(tuples), is_bool=True)
-    return tuples, col.cols, tuple(s.at_bos for s in sides)
+    count_range = Interval(0, len(sides), True)
+    onehot = [_whole_column(ctx, c, count_range, table._count_pwl("and", len(sides)), what)
+              for c in counts]
+    return Encoded(tuples, lambda m: sum((onehot[i] for i in m), Lin()),
+                   tuple(s.at_bos for s in sides))
 
 
-def _features(ctx: LowerCtx, leaf: Leaf) -> Features:
-    kvals, konehot, kbos = _tuple_onehot(ctx, leaf.keys, "key")
-    qvals, qonehot, _ = _tuple_onehot(ctx, leaf.queries, "query")
-    p = [[leaf.holds(kv, qv) for kv in kvals] for qv in qvals]
+def _factor(ctx: LowerCtx, keys: Encoded, queries: Encoded,
+            p: list[list[bool]]) -> Features:
+    """The dims of one 0/1 predicate matrix ``p[query tuple][key tuple]``."""
     rows: dict[tuple[bool, ...], list[int]] = {}  # row pattern -> query values
     cols: dict[tuple[bool, ...], list[int]] = {}  # column pattern -> key values
     for a, row in enumerate(p):
         rows.setdefault(tuple(row), []).append(a)
-    for b in range(len(kvals)):
-        cols.setdefault(tuple(p[a][b] for a in range(len(qvals))), []).append(b)
-    rows.pop(tuple([False] * len(kvals)), None)
-    cols.pop(tuple([False] * len(qvals)), None)
-    bos_key = kbos if kbos in kvals else None
+    for b in range(len(keys.values)):
+        cols.setdefault(tuple(p[a][b] for a in range(len(queries.values))), []).append(b)
+    rows.pop(tuple([False] * len(keys.values)), None)
+    cols.pop(tuple([False] * len(queries.values)), None)
+    bos_key = keys.values.index(keys.at_bos) if keys.at_bos in keys.values else None
 
     def key_feature(members: list[int]) -> Lin:
-        f = sum((konehot[b] for b in members), Lin())
-        if bos_key is not None and kvals.index(bos_key) in members:
+        f = keys.indicator(members)
+        if bos_key is not None and bos_key in members:
             f = f - _bos(ctx)  # the <bos> row is never selected
         return f
 
@@ -405,22 +458,107 @@ def _features(ctx: LowerCtx, leaf: Leaf) -> Features:
     if len(cols) <= len(rows):  # one dim per key class: the query says which classes it takes
         for pattern, members in cols.items():
             k.append(key_feature(members))
-            q.append(sum((qonehot[a] for a in range(len(qvals)) if pattern[a]), Lin()))
+            q.append(queries.indicator([a for a in range(len(queries.values)) if pattern[a]]))
     else:  # one dim per query class: the key says which query classes it satisfies
         for pattern, members in rows.items():
-            q.append(sum((qonehot[a] for a in members), Lin()))
-            k.append(key_feature([b for b in range(len(kvals)) if pattern[b]]))
+            q.append(queries.indicator(members))
+            k.append(key_feature([b for b in range(len(keys.values)) if pattern[b]]))
     return Features(q, k)
 
 
-def _content(ctx: LowerCtx, sel: Selector) -> list[Features] | None:
-    """The factors' features; None when the selector can never select anything."""
+def _classes(leaf: Leaf, kvals: list, qvals: list) -> int:
+    """The dims a leaf takes as one factor: min(key classes, query classes), all-false
+    rows and columns dropped."""
+    p = [tuple(leaf.holds(kv, qv) for kv in kvals) for qv in qvals]
+    rows = {r for r in p if any(r)}
+    cols = {c for c in zip(*p, strict=True) if any(c)} if p else set()
+    return min(len(rows), len(cols))
+
+
+def _equality_digits(ctx: LowerCtx, leaf: Leaf, n_digits: int, room: int
+                     ) -> list[Features] | None:
+    """``keys == queries`` on many values as an AND of equalities of digits: the values of
+    both sides are numbered, and each digit of the number (base b) is one factor of b dims,
+    so n values take n_digits * b dims instead of n; None if that exceeds ``room``."""
+    (ks,), (qs,) = leaf.keys, leaf.queries
+    union = sorted(set(ks.values) | set(qs.values))
+    number = {v: i for i, v in enumerate(union)}
+    base = 2
+    while base ** n_digits < len(union):
+        base += 1
+    if n_digits * base > room:
+        return None
+    feats = []
+    for d in range(n_digits):
+        kdig = [number[v] // base ** d % base for v in ks.values]
+        qdig = [number[v] // base ** d % base for v in qs.values]
+        bos = number[ks.at_bos] // base ** d % base if ks.at_bos in number else -1
+        def key_set(m: Sequence[int], kd: list[int] = kdig) -> Lin:
+            return ks.indicator(ctx, [b for b, g in enumerate(kd) if g in m])
+
+        def query_set(m: Sequence[int], qd: list[int] = qdig) -> Lin:
+            return qs.indicator(ctx, [a for a, g in enumerate(qd) if g in m])
+
+        digits: list[tuple[float, ...]] = [(float(g),) for g in range(base)]
+        keys = Encoded(digits, key_set, (float(bos),))
+        queries = Encoded(digits, query_set, (-1.0,))
+        # one factor: digit d of the key's number equals digit d of the query's; every
+        # factor's key features are zero at <bos> (its class loses the <bos> indicator)
+        feats.append(_factor(ctx, keys, queries,
+                             [[a == b for b in range(base)] for a in range(base)]))
+    return feats
+
+
+def _content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
+    """The factors' features; None when the selector can never select anything. A factor
+    ``keys == queries`` with more value classes than the head holds is split into digits."""
     leaves = sel.factors()
     if leaves is None:
         return None
-    feats = [_features(ctx, leaf) for leaf in leaves]
-    if any(not f.q for f in feats):
+    sizes = []
+    for leaf in leaves:
+        kvals = list(itertools.product(*(s.values for s in leaf.keys)))
+        qvals = list(itertools.product(*(s.values for s in leaf.queries)))
+        sizes.append(_classes(leaf, kvals, qvals))
+    if any(n == 0 for n in sizes):
         return None  # a factor that never holds
+
+    def bos_dims(m: int) -> int:  # aggregate: one fallback dim; the others tie, one per part
+        return 1 if what == "aggregate" else max(m, 1)
+
+    split: dict[int, list[Features]] = {}
+    total = sum(sizes) + bos_dims(len(leaves))
+    for i in sorted(range(len(leaves)), key=lambda i: -sizes[i]):
+        leaf = leaves[i]
+        if total <= ctx.geom.tail:
+            break
+        if leaf.op != "==" or len(leaf.keys) != 1 or len(leaf.queries) != 1:
+            continue
+        for n_digits in (2, 3):
+            m = len(leaves) + sum(len(f) - 1 for f in split.values()) + n_digits - 1
+            if m > MAX_FACTORS:
+                break
+            room = ctx.geom.tail - (total - sizes[i]) - (bos_dims(m) - bos_dims(m - n_digits + 1))
+            feats = _equality_digits(ctx, leaf, n_digits, room)
+            if feats is not None:
+                split[i] = feats
+                total += sum(len(f.q) for f in feats) - sizes[i] + \
+                    bos_dims(m) - bos_dims(m - n_digits + 1)
+                break
+    feats = []
+    for i, leaf in enumerate(leaves):
+        if i in split:
+            feats += split[i]
+            continue
+        kenc, qenc = _encode(ctx, leaf.keys, "key"), _encode(ctx, leaf.queries, "query")
+        p = [[leaf.holds(kv, qv) for kv in kenc.values] for qv in qenc.values]
+        feats.append(_factor(ctx, kenc, qenc, p))
+    if len(feats) > MAX_FACTORS:
+        raise ctx.error(f"{what} joins {len(feats)} selections with &, more than "
+                        f"{MAX_FACTORS} in one head (the selected keys' logits must sum the "
+                        "same few equal products bit for bit)",
+                        "combine fewer selectors, or join conditions into one tw.select with "
+                        "a predicate function")
     return feats
 
 
@@ -480,7 +618,7 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
-    feats = _content(ctx, sel)
+    feats = _content(ctx, sel, "aggregate")
     if feats is None:
         return _const_stream(default, v.width)
     m = len(feats)
@@ -501,18 +639,18 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
-    feats = _content(ctx, sel)
+    feats = _content(ctx, sel, "select_latest")
     if feats is None:
         return _const_stream(default, v.width)
-    if len(feats) > 1:  # one validity unit, as the latch's certificate assumes
-        feats = _content(ctx, sel.flat())
-        assert feats is not None
-    try:
-        attention.check_margins(ctx.geom, 0, with_validity=True)
+    m = len(feats)
+    try:  # m parts: every selected key carries m validity units, the latch's replay at m
+        attention.check_margins(ctx.geom, 0, with_validity=max(m, 1))
     except attention.GeometryError as e:
         raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
     gain = ctx.geom.validity
-    q, k = _qk(ctx, feats, gain, [gain] if feats else [], True, "select_latest")
+    # <bos> ties with the selection in content (m dims of the same product): the lobe then
+    # puts every selected j >= 1 above it
+    q, k = _qk(ctx, feats, gain, [gain] * m, True, "select_latest")
     if not feats:  # "true": every position but <bos> is valid
         q[attention.ROTARY_DIMS] = Lin.constant(gain)
         k[attention.ROTARY_DIMS] = 1.0 - _bos(ctx)
@@ -525,7 +663,7 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     from torchwright_fx.ops.position import decode_count, noise
 
     sel = _check_selector(ctx, sel)
-    feats = _content(ctx, sel)
+    feats = _content(ctx, sel, "selector_width")
     if feats is None:
         return _const_stream(0.0, 1)
     m = len(feats)

@@ -102,7 +102,7 @@ def _query_rotary(geom: Geometry, offset: int) -> tuple[float, float]:
 
 # -- margin check ------------------------------------------------------------------------------
 @lru_cache(maxsize=256)
-def measured_gap(geom: Geometry, offset: int, with_validity: bool,
+def measured_gap(geom: Geometry, offset: int, with_validity: bool | int,
                  stop_below: float = -math.inf) -> tuple[float, int]:
     """Smallest fp32 logit gap (winner minus runner-up) over all query positions, and the
     query position where it occurs, replaying Phi-3's RoPE and dot product in fp32. With
@@ -123,7 +123,9 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool,
     k = torch.zeros(n, ROTARY_DIMS)
     k[:, LOW_PLANE[0]] = 1.0
     rq, rk = rotate(q), rotate(k)
-    validity = torch.tensor(geom.validity if with_validity else 0.0, dtype=torch.float)
+    # with_validity: how many units of the validity gain every key carries (a selection of m
+    # parts carries m; the rounding of the large sum is what the replay measures)
+    validity = torch.tensor(geom.validity * int(with_validity), dtype=torch.float)
     worst_gap, worst_at = math.inf, 0
     for start in range(1, n, 256):  # query rows in chunks: memory stays O(256 * n)
         rows = torch.arange(start, min(n, start + 256))
@@ -142,7 +144,7 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool,
     return worst_gap, worst_at
 
 
-def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -> float:
+def check_margins(geom: Geometry, offset: int, *, with_validity: bool | int = False) -> float:
     """Raise GeometryError unless the head selects its key exactly at every position."""
     if offset >= geom.max_seq_len:
         raise GeometryError(f"shift by {offset} >= max_seq_len={geom.max_seq_len}")
@@ -160,7 +162,7 @@ def check_margins(geom: Geometry, offset: int, *, with_validity: bool = False) -
     return gap
 
 
-def largest_working_length(d_head: int, offset: int, with_validity: bool,
+def largest_working_length(d_head: int, offset: int, with_validity: bool | int,
                            failing: int = 1 << 14, scan: int | None = None) -> int:
     """The largest max_seq_len below ``failing`` whose margins hold, by the same check. The
     gap is not monotone in the length (fp32 quantises the large logits), so the lengths are

@@ -578,6 +578,9 @@ def _qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[float]
                         f"the {geom.tail} of d_head={geom.d_head}",
                         "compile with a larger d_head (d_head=64 gives 60), or select on "
                         "streams with fewer distinct values")
+    for ql, _ in dims:  # the tie argument: each query dim is G * (0/1 signals), or G
+        assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
+            f"{what}: a query feature is not G times whole 0/1 columns: {ql}"
     for r, (ql, kl) in enumerate(dims):
         q[attention.ROTARY_DIMS + r], k[attention.ROTARY_DIMS + r] = ql, kl
     return q, k

@@ -208,3 +208,42 @@ def test_two_large_equalities_are_refused_naming_the_line():
 
     with pytest.raises(tw.CompileError, match="HERE(.|\n)*d_head=64"):
         tw.compile(two, vocab=BIG, max_seq_len=64, output="value").compile()
+
+
+# -- key-value lookup: issue 16's yardstick --------------------------------------------------------
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+KV = tw.Vocab(LETTERS + "0123456789?\n")
+
+
+def key_value(x):
+    """'a3c7b1?c\\n' -> '7': pairs of a letter and a digit, then '?' and a letter; prints the
+    digit most recently paired with that letter ('?' when none)."""
+    code = tw.code(x)
+    is_digit = tw.is_token(x, list("0123456789"))
+    key = tw.shift(code, 1)  # at a digit: its letter
+    asked = tw.latch(code, tw.shift(tw.is_token(x, "?"), 1))  # the letter after '?'
+    pairs = tw.select(key, asked, "==") & tw.select(is_digit, is_digit, lambda k, q: k == 1)
+    return tw.emit(tw.is_token(x, "\n"), [tw.select_latest(pairs, code, default="?")])
+
+
+def _key_value_oracle(prompt: str) -> str:
+    body, asked = prompt[:-3], prompt[-2]
+    found = [body[i + 1] for i in range(0, len(body), 2) if body[i] == asked]
+    return found[-1] if found else "?"
+
+
+def test_key_value_lookup_over_26_letters_in_four_heads(tmp_path):
+    program = tw.compile(key_value, vocab=KV, max_seq_len=512)
+    assert program.stats()["heads_total"] <= 4, program.summary()
+    rng = random.Random(16)
+    prompts = ["a3c7b1?c\n", "a1?b\n", "?a\n", "a1a2a3?a\n"]
+    for n in (1, 5, 26, 100, 100, 100, 200):
+        pairs = "".join(rng.choice(LETTERS) + rng.choice("0123456789") for _ in range(n))
+        prompts.append(pairs + "?" + rng.choice(LETTERS) + "\n")
+    model, tok = load_hf(program.save_pretrained(tmp_path / "kv"))
+    from conftest import hf_generate
+
+    for p in prompts:
+        want = _key_value_oracle(p)
+        assert program.reference(p) == want, p
+        assert hf_generate(model, tok, p) == want, p

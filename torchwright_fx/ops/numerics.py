@@ -139,3 +139,18 @@ GATE_NOISE = 2.0 ** -20
 PRODUCT_NOISE = 2.0 ** -21
 # fp32 rounding of an off-lattice lane sum: each lane value and each partial sum rounds once.
 LANE_ROUNDING = 2.0 ** -23
+
+# -- selections (tw.select, lower/selection.py) --------------------------------------------------
+# One side of a selection is encoded value by value: at most this many values (a staircase of
+# this many steps), and a selection over several streams at most this many value tuples.
+MAX_SELECT_VALUES = 256
+MAX_SELECT_TUPLES = 1024
+# An indicator column within this of 0/1: near 1 it is exactly 1.0 in fp32 (its spacing below
+# 1 is 2**-24); near 0, G times it (G <= 2**27, the latch's validity at 16k positions) stays
+# below 2**-3 of the logit, far under the margin, and under half an ulp of the G * 1 products,
+# so the selected keys' logits stay bit-identical.
+SELECT_FEATURE_NOISE = 2.0 ** -30
+# Parts of one selection (selectors joined by &, digits of a large ==): the selected keys'
+# logits are sums of this many equal products G * 1, which fp32 adds to the same value in any
+# order only up to three terms (x + x is exact, x + 2x the only sum of three).
+MAX_SELECT_PARTS = 3

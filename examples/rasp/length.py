@@ -1,0 +1,61 @@
+"""length (tracr ``make_length``): ``abcab\\n`` -> ``5``.
+
+RASP: ``SelectorWidth(Select(tokens, tokens, TRUE))``, the length at every position. Here the
+same selector width is taken at the trigger, over the input positions only (``select`` with
+``"true"`` would also count the trigger and, later, the printed digits), and printed in
+decimal. tracr's program gives the length at every position; ours prints it once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+import torchwright_fx as tw
+from examples.rasp import _common as c
+
+MAX_LEN = 100
+ALPHABET = "abcd"
+VOCAB = tw.Vocab(c.DIGITS + ALPHABET + c.TRIGGER)
+DEMOS = ["abcab\n", "a\n", "dddddddddd\n"]
+EDGE_CASES = ["a\n", "ab\n", "abcd\n", "a" * 9 + "\n", "b" * 10 + "\n", "c" * 99 + "\n",
+              "abcd" * 25 + "\n", "\n"]
+
+
+def oracle(prompt: str) -> str:
+    return str(len(c.parse(prompt)))
+
+
+def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
+    for n in range(0, min(max_len, 5) + 1):
+        for t in itertools.product(ALPHABET, repeat=n):
+            yield "".join(t) + c.TRIGGER
+
+
+def random_input(rng: random.Random, n: int) -> str:
+    return c.random_prompt(rng, ALPHABET, n)
+
+
+def sample(rng: random.Random, max_len: int = MAX_LEN) -> str:
+    return random_input(rng, rng.randint(1, max_len))
+
+
+def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
+    def length(x: torch.Tensor) -> torch.Tensor:
+        lay = c.layout(x)
+        # The input tokens are letters; the answer's digits are not: a key test on the token
+        # alone counts the input (a TRUE select would count the trigger and the digits).
+        letters = [float(tw.token(t)) for t in ALPHABET]
+        n = tw.selector_width(tw.select(x, x, lambda k, q: k in letters))
+        return c.print_one(lay, n, 0, max_len)
+
+    options.setdefault("max_seq_len", max_len + 2 + len(str(max_len)))
+    return tw.compile(length, vocab=VOCAB, **options).with_domain(
+        lambda: inputs(max_len), oracle)
+
+
+program = make()

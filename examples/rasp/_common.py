@@ -114,12 +114,16 @@ def print_sequence(x: torch.Tensor, lay: Layout, count: torch.Tensor, lo: int, h
     return tw.lookup2(index, value - lo, table, default="<eos>")
 
 
+def answered(lay: Layout, count: torch.Tensor) -> torch.Tensor:
+    """1 once ``count`` tokens are printed after the trigger, and before the trigger (where
+    the step counts from <bos>)."""
+    return (lay.step - count + (MAX_STEPS * (1 - lay.after)) >= 0).float()
+
+
 def print_tokens(lay: Layout, count: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """The output stream printing ``count`` tokens after the trigger: at step k, ``token``
-    (a code stream, computed at every step from ``lay.step``), then ``<eos>``. Before the
-    trigger the step counts from <bos>, and ``<eos>`` is printed too."""
-    done = lay.step - count + (MAX_STEPS * (1 - lay.after)) >= 0
-    return torch.where(done, float(tw.token("<eos>")), token)
+    (a code stream, computed at every step from ``lay.step``), then ``<eos>``."""
+    return torch.where(answered(lay, count).bool(), float(tw.token("<eos>")), token)
 
 
 def value_at(v: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,7 @@ Every rule derives the facts of its output from those of its inputs (``lower/tab
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -37,7 +38,14 @@ import numpy as np
 
 from torchwright_fx.ops.numerics import GRID_DENOMINATOR
 
+# The rules below are pure functions of a few numbers that recur across a program (coefficients
+# like 1, -10, 0.1; lattices like (1, 0)), and Fraction arithmetic is slow: a 10,000-node
+# program spent most of its lowering in them. Each is memoized; a key is its arguments, which
+# compare by exact value (0.5 == Fraction(1, 2)), and every result depends on nothing else.
+_memo = functools.lru_cache(maxsize=1 << 16)
 
+
+@_memo
 def rational(c: float, max_denominator: int = 10 ** 6) -> Fraction | None:
     """``c`` as a small rational if it is one up to float rounding (0.1 -> 1/10), else None."""
     if not math.isfinite(c):
@@ -46,6 +54,7 @@ def rational(c: float, max_denominator: int = 10 ** 6) -> Fraction | None:
     return f if abs(float(f) - c) <= 1e-9 * max(1.0, abs(c)) else None
 
 
+@_memo
 def frac_gcd(a: Fraction, b: Fraction) -> Fraction:
     """The largest g with a and b both integer multiples of g (gcd(0, b) = |b|)."""
     a, b = abs(Fraction(a)), abs(Fraction(b))
@@ -58,6 +67,7 @@ Lattice = tuple[Fraction, Fraction]  # (step >= 0, offset); step 0 is a single p
 EXACT, ONCE, PAIR, INEXACT = 0, 1, 2, 3  # Interval.rounding: the reference's fp32 rounding
 
 
+@_memo
 def fp32_exact(c: float) -> bool:
     """``c`` is held exactly by fp32 and is the small rational the facts read it as."""
     q = rational(c, GRID_DENOMINATOR)
@@ -83,11 +93,13 @@ def _scale_rounding(r: Interval, k: float) -> int:
     return EXACT if r.rounding == EXACT and fp32_exact(k) else INEXACT
 
 
+@_memo
 def _norm(lat: Lattice) -> Lattice:
     step, off = lat
     return (step, off % step) if step > 0 else (step, off)
 
 
+@_memo
 def join(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     """The finest lattice holding both (a union of values: where, min/max, clamp)."""
     if a is None or b is None:
@@ -95,12 +107,14 @@ def join(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     return _norm((frac_gcd(frac_gcd(a[0], b[0]), a[1] - b[1]), a[1]))
 
 
+@_memo
 def lattice_sum(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     if a is None or b is None:
         return None
     return _norm((frac_gcd(a[0], b[0]), a[1] + b[1]))
 
 
+@_memo
 def lattice_scale(a: Lattice | None, k: float) -> Lattice | None:
     if a is None:
         return None
@@ -112,6 +126,7 @@ def lattice_scale(a: Lattice | None, k: float) -> Lattice | None:
     return _norm((a[0] * abs(q), a[1] * q))
 
 
+@_memo
 def lattice_product(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     """(o1 + n s1)(o2 + m s2) = o1 o2 + n s1 o2 + m s2 o1 + n m s1 s2."""
     if a is None or b is None:
@@ -120,6 +135,7 @@ def lattice_product(a: Lattice | None, b: Lattice | None) -> Lattice | None:
     return _norm((frac_gcd(frac_gcd(s1 * o2, s2 * o1), s1 * s2), o1 * o2))
 
 
+@_memo
 def read_float(v: float) -> Fraction:
     """The exact value a float stands for, read the same way everywhere (lattices, table
     entries, thresholds): a value fp32 holds is itself; a double that is the correctly
@@ -131,10 +147,12 @@ def read_float(v: float) -> Fraction:
     return q if q is not None and float(q) == float(v) else Fraction(float(v))
 
 
+@_memo
 def point_lattice(v: float) -> Lattice | None:
     return (Fraction(0), read_float(v)) if math.isfinite(v) else None
 
 
+@_memo
 def _check_meets(lo: float, hi: float, step: Fraction, off: Fraction) -> None:
     """A lattice and an interval that share no point are a bug in a facts rule (the value
     would be nowhere): fail loudly rather than size a construction on them. The ends are

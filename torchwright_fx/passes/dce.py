@@ -6,17 +6,22 @@ from torchwright_fx.ir.graph import Program
 
 
 def live_signals(prog: Program) -> set[int]:
-    """Signals read by the output or, transitively, by a producer that is live."""
+    """Signals read by the output or, transitively, by a producer that is live (one of its
+    outputs is live): a walk back from the output, each producer read once."""
+    writers: dict[int, list[int]] = {}  # signal -> the producers that list it as an output
+    for pid, p in prog.producers.items():
+        for s in p.outputs:
+            writers.setdefault(s, []).append(pid)
     live: set[int] = set(prog.output.signals())
-    changed = True
-    while changed:
-        changed = False
-        for p in prog.producers.values():
-            if set(p.outputs) & live:
-                new = p.reads() - live
-                if new:
-                    live |= new
-                    changed = True
+    todo = list(live)
+    done: set[int] = set()
+    while todo:
+        for pid in writers.get(todo.pop(), ()):
+            if pid not in done:
+                done.add(pid)
+                new = prog.producers[pid].reads() - live
+                live |= new
+                todo.extend(new)
     return live
 
 

@@ -40,9 +40,14 @@ def fitting_width(live: int) -> int:
     return d
 
 
-def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dict[int, int]]:
-    """Columns for every live signal, and the cancel stage of each recycled signal."""
-    spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
+def assign(prog: Program, plan: Plan, d_model: int,
+           spans: dict[int, tuple[int, int]] | None = None
+           ) -> tuple[dict[int, int], dict[int, int]]:
+    """Columns for every live signal, and the cancel stage of each recycled signal.
+    ``spans``: ``plan.occupancy(prog)`` when the caller has it already."""
+    if spans is None:
+        spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
+    end = 2 * plan.n_layers  # hoisted: n_layers is a max over every producer
     first = reserved_columns(d_model)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)
@@ -61,7 +66,7 @@ def assign(prog: Program, plan: Plan, d_model: int) -> tuple[dict[int, int], dic
         columns[sid] = col
         holder[col] = sid
         stage = spans[sid][1]
-        if stage < 2 * plan.n_layers:  # else never freed: nothing is written after it
+        if stage < end:  # else never freed: nothing is written after it
             heapq.heappush(released, (stage, col, sid))
     return columns, cancels
 
@@ -80,9 +85,10 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
         candidates = [1 << k for k in range(MIN_D_MODEL.bit_length() - 1,
                                            MAX_D_MODEL.bit_length())]
     error: WidthError | None = None
+    spans = plan.occupancy(prog)  # the same for every width tried
     for d in candidates:
         try:
-            plan.columns, plan.cancels = assign(prog, plan, d)
+            plan.columns, plan.cancels = assign(prog, plan, d, spans)
         except WidthError as e:
             error = e
             continue

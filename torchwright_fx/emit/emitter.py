@@ -41,16 +41,43 @@ class _Writer:
             out[self.plan.columns[s]] += c * scale
         return out
 
+    def entries(self, lin: Lin, scale: float = 1.0) -> dict[int, float]:
+        """``row(lin, scale)`` as {column: value}: the same float64 operations in the same
+        order, without a tensor per row (a tensor op per entry was the emitter's hot spot on
+        large programs)."""
+        out = {self.plan.const_col: lin.const * scale}
+        for s, c in lin.terms.items():
+            col = self.plan.columns[s]
+            out[col] = out.get(col, 0.0) + c * scale
+        return out
+
     def column(self, sid: int) -> int | None:
         return self.plan.columns.get(sid) if sid in self.prog.live else None
+
+
+class _Sparse:
+    """Writes into one zero matrix, collected and stored with one indexed assignment: each
+    (row, column) at most once."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[int, int], float] = {}
+
+    def row(self, r: int, entries: dict[int, float]) -> None:
+        self.cells.update(((r, c), v) for c, v in entries.items())
+
+    def store(self, out: torch.Tensor) -> torch.Tensor:
+        if self.cells:
+            rows, cols = zip(*self.cells, strict=True)
+            out[list(rows), list(cols)] = torch.tensor(list(self.cells.values()),
+                                                       dtype=out.dtype)
+        return out
 
 
 def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
                ) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
-    q = torch.zeros(n_heads * d_head, d, dtype=torch.float64)
-    k, v = torch.zeros_like(q), torch.zeros_like(q)
-    o = torch.zeros(d, n_heads * d_head, dtype=torch.float64)
+    width = n_heads * d_head
+    qkv, o = _Sparse(), _Sparse()  # qkv rows: [Q; K; V]
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
     q_scale = math.sqrt(d_head)
     first_cancel = len(layer.heads) - layer.n_cancel
@@ -58,21 +85,20 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
         base = h * d_head
         sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
         for r in range(d_head):
-            q[base + r] = w.row(head.q[r], q_scale)
-            k[base + r] = w.row(head.k[r])
+            qkv.row(base + r, w.entries(head.q[r], q_scale))
+            qkv.row(width + base + r, w.entries(head.k[r]))
         for r, (lin, sid) in enumerate(zip(head.v, head.outputs, strict=True)):
-            v[base + r] = w.row(lin)
+            qkv.row(2 * width + base + r, w.entries(lin))
             col = w.column(sid)
             if col is not None:
-                o[col, base + r] = sign
-    return torch.cat([q, k, v]), o
+                o.cells[col, base + r] = sign
+    return (qkv.store(torch.zeros(3 * width, d, dtype=torch.float64)),
+            o.store(torch.zeros(d, width, dtype=torch.float64)))
 
 
 def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
-    gate = torch.zeros(d_ff, d, dtype=torch.float64)
-    up = torch.zeros_like(gate)
-    down = torch.zeros(d, d_ff, dtype=torch.float64)
+    gate_up, down = _Sparse(), _Sparse()  # gate_up rows: [gate; up]
     for f in layer.ffns:
         local = layer.lanes_of(f)
         for sid, weights in f.outputs.items():
@@ -80,10 +106,13 @@ def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, to
             if col is None:
                 continue
             for lane_idx, weight in weights.items():
-                down[col, local[lane_idx]] += weight
+                cell = (col, local[lane_idx])
+                down.cells[cell] = down.cells.get(cell, 0.0) + weight
     for lane, i in layer.lane_index.items():
-        gate[i], up[i] = w.row(lane.gate), w.row(lane.up)
-    return torch.cat([gate, up]), down
+        gate_up.row(i, w.entries(lane.gate))
+        gate_up.row(d_ff + i, w.entries(lane.up))
+    return (gate_up.store(torch.zeros(2 * d_ff, d, dtype=torch.float64)),
+            down.store(torch.zeros(d, d_ff, dtype=torch.float64)))
 
 
 def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None

@@ -149,3 +149,30 @@ def test_checkpoint_hidden_state_values_equal_reference(compiled, name, tmp_path
         got = _final_residual_value(program, hidden, name)
         tolerance = 1e-5 if name == "mean" else 0.05
         assert (got - want).abs().max() <= tolerance, (length, (got - want).abs().max())
+
+
+# -- fp32 rounding of content logits (argmax's tie-break, gather's square) -------------------------
+WIDE = {"a": 1000, "b": 999, "c": 0, "d": 500, "e": 1000}
+
+
+def _argmax_wide(x):
+    return tw.argmax(tw.lookup(x, WIDE), tw.code(x))  # MARK-WIDE
+
+
+def test_argmax_whose_tie_break_fp32_cannot_resolve_is_refused():
+    """Was certified and wrong at 12 positions of 3 streams of 2048 (scores 0..1000): the
+    logits reach 2e8, where fp32's spacing is 16 against a recency step of 180."""
+    with pytest.raises(tw.CompileError, match=r"MARK-WIDE(.|\n)*a span of \d+ works"):
+        tw.compile(_argmax_wide, vocab=VOCAB, max_seq_len=2048).compile()
+
+
+def test_argmax_over_a_narrower_score_at_2048_is_right():
+    def narrow(x):
+        return tw.argmax(tw.lookup(x, {"a": 100, "b": 99, "c": 0, "d": 50, "e": 100}),
+                         tw.code(x))
+
+    program = tw.compile(narrow, vocab=VOCAB, max_seq_len=2048).compile()
+    ids = _stream(2048, seed=5)
+    _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+    got = _final_residual_value(program, states[-1])
+    assert torch.equal(got.round(), program.traced.run(ids).double().reshape(-1))

@@ -548,11 +548,34 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                         "attention margin allows", "round the score first (torch.round)")
     tie = margin  # per position step: the most recent tied position wins
     gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
-    spread = gain * (rng.hi - rng.lo) + tie * (n - 1)
-    validity = 2.0 * spread + 2.0 * margin  # valid beats invalid; BOS fallback at half weight
-    valid = _valid_with_fallback(ctx, where, 2, 0.5)
-    key_terms = [(gain * sign, score.cols[0] - (rng.lo if sign > 0 else rng.hi)),
-                 (tie, _position_lin(ctx)), (validity, valid)]
+    span = rng.hi - rng.lo
+    mid = (rng.lo + rng.hi) / 2  # the score enters centred: smaller logits, less rounding
+    noise_p = _position_range(ctx).noise
+
+    def consumed(span: float) -> float:
+        """What eats the margin: decoded positions, score noise, fp32 rounding of the logits
+        (the ranking compares two of them)."""
+        spread = gain * span + tie * (n - 1)
+        validity = 0.0 if where is None else 2.0 * spread + 2.0 * margin
+        err = attention.logit_rounding([gain * span / 2, tie * (n - 1), validity])
+        return 2 * tie * noise_p + 2 * gain * rng.noise + 2 * err
+
+    budget = margin - attention.ATTENTION_MARGIN
+    if consumed(span) > budget:
+        widest = 0
+        while consumed(widest + 1) <= budget:
+            widest += 1
+        raise ctx.error(
+            f"argmax/argmin over a score spanning {span:g} at max_seq_len={n}: fp32 cannot "
+            f"resolve the tie-break toward the most recent position (the logits reach "
+            f"{gain * span / 2 + tie * (n - 1):.3g} and may round by more than the margin "
+            f"allows)", f"narrow the score (torch.clamp or tw.claim): at this length a span "
+            f"of {widest} works" if widest else "lower max_seq_len")
+    spread = gain * span + tie * (n - 1)
+    key_terms = [(gain * sign, score.cols[0] - mid), (tie, _position_lin(ctx))]
+    if where is not None:  # valid beats invalid; the <bos> fallback at half weight
+        validity = 2.0 * spread + 2.0 * margin
+        key_terms.append((validity, _valid_with_fallback(ctx, where, 2, 0.5)))
     ranges = _moved(ctx, v.ranges)
     cols = attention.scored(ctx.prog, ctx.geom, v.cols, ranges, key_terms, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
@@ -606,49 +629,62 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
                         "round it first (torch.round)")
     pos = _position_lin(ctx)
     square = _square_of_position(ctx, pos)
-    # the target leads its neighbours by gain * (1 - 2 POSITION_TOLERANCE) (the decoded
-    # positions' noise counted): AMPLITUDE_HEADROOM times the attention margin, so a third of
-    # it is headroom; an error e of the square against the decoded position moves the lead by
-    # up to 2 gain e, which must stay within that third
+    # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone, on positions centred at c.
+    # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
+    # gain * (1 - 2 * POSITION_TOLERANCE): AMPLITUDE_HEADROOM times the attention margin, so a
+    # third of it is headroom. An error e of the square against the decoded position moves the
+    # lead by up to 2 gain e, the fp32 rounding of the two logits by twice logit_rounding:
+    # together they must stay within that third.
     square_noise = float(ctx.prog.memo["position_squared_table_error"])  # type: ignore[arg-type]
-    headroom = (1 - 2 * POSITION_TOLERANCE) * (1 - 1 / attention.AMPLITUDE_HEADROOM)
-    if 2 * square_noise > headroom:
-        raise ctx.error(f"gather's position squared may be off by {square_noise:.3g} in the "
-                        f"compiled model at max_seq_len={ctx.geom.max_seq_len} (the "
+    gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+    c = _centre(ctx.geom.max_seq_len)
+    top = float(max(c, ctx.geom.max_seq_len - 1 - c))  # the largest |centred position|
+    rounding = attention.logit_rounding([2 * gain * top * top, gain * top * top])
+    budget = gain * (1 - 2 * POSITION_TOLERANCE) - attention.ATTENTION_MARGIN
+    if 2 * gain * square_noise + 2 * rounding > budget:
+        raise ctx.error(f"gather at max_seq_len={ctx.geom.max_seq_len}: its logits (up to "
+                        f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and "
+                        f"the position squared be off by {square_noise:.3g} (the "
                         f"{ctx.prog.machine} machine's product tables), more than its attention "
                         "margin allows", "lower max_seq_len, or compile with machine='swiglu'")
-    # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone = 2*gain*t_i*p_j - gain*p_j^2.
-    # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
-    # gain * (1 - 2 * POSITION_TOLERANCE), sized to the attention margin.
-    gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
-    terms = [(at.cols[0] * (2.0 * gain), pos), (Lin.constant(-gain), square)]
+    # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
+    terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
     ranges = _moved(ctx, v.ranges)
     cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, ranges, terms, ctx.name,
                                   ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 
+def _centre(n: int) -> int:
+    """gather works on positions centred at this whole number: its logits, and the error of
+    the square, are a quarter of what they are around 0."""
+    return (n - 1) // 2
+
+
 def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
+    """(p - c)^2 for the decoded position p and c = _centre(max_seq_len)."""
     cached = ctx.prog.memo.get("position_squared")
     if isinstance(cached, Lin):
         return cached
     bank = ctx.bank(1)
     n = ctx.geom.max_seq_len
+    c = _centre(n)
     r = _position_range(ctx)
-    exact = Interval(0, n - 1, True)
-    ffn.product(bank, 0, pos, exact, pos, exact)
-    # |p^2 - i^2| <= 2 (n - 1) e + e^2 for |p - i| <= e, plus the product's own error: the
+    exact = Interval(-c, n - 1 - c, True)
+    ffn.product(bank, 0, pos - c, exact, pos - c, exact)
+    # |p'^2 - i'^2| <= 2 max|i'| e + e^2 for |p' - i'| <= e, plus the product's own error: the
     # ReLU quarter-square tables (exact only on a grid of knots) or SwiGLU's fp32 rounding
     if ctx.prog.machine == "relu":
-        table = sum(err for *_, err in ffn.quarter_square_tables(pos, exact, pos, exact, None,
-                                                                  (None, None)))
+        table = sum(err for *_, err in ffn.quarter_square_tables(pos - c, exact, pos - c, exact,
+                                                                  None, (None, None)))
     else:
         table = ffn.product_rounding(exact, exact)
-    noise = 2 * (n - 1) * r.noise + r.noise ** 2 + table
-    rng = Interval(0, (n - 1) ** 2, True, noise=noise)
+    top = max(c, n - 1 - c)
+    noise = 2 * top * r.noise + r.noise ** 2 + table
+    rng = Interval(0, top ** 2, True, noise=noise)
     (sq,) = bank.finish(ctx.prog, [rng], f"{ctx.name}.position_squared", ctx.source)
     ctx.prog.memo["position_squared"] = sq
-    ctx.prog.memo["position_squared_table_error"] = table  # |sq - p^2| for the decoded p
+    ctx.prog.memo["position_squared_table_error"] = table  # |sq - p'^2| for the decoded p
     return sq
 
 

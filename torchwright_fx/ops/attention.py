@@ -187,6 +187,18 @@ def largest_working_length(d_head: int, offset: int, with_validity: bool | int,
     return lo
 
 
+# -- fp32 rounding of content logits ------------------------------------------------------------
+FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32
+
+
+def logit_rounding(products: list[float]) -> float:
+    """A bound on |fl(q . k) - q . k| for one logit whose nonzero products q_r k_r have at most
+    these magnitudes: each product and each partial sum rounds once (relative 2**-24 of at most
+    the sum of magnitudes), and an attention implementation that scales q and k by
+    sqrt(1/sqrt(d_head)) before the product rounds each factor once more."""
+    return (len(products) + 3) * FP32_UNIT * sum(abs(p) for p in products)
+
+
 # -- head builders -----------------------------------------------------------------------------
 def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
     q = [Lin() for _ in range(geom.d_head)]

@@ -122,3 +122,18 @@ def test_compiled_repr_and_html():
     page = program._repr_html_()
     assert "latch" in page and "shift" in page
     assert page.count("<tr>") == 1 + program.stats()["layers"]
+
+
+def test_traced_shows_each_nodes_facts_and_whole_source_line():
+    def tenths(x):
+        d = tw.code(x) / 10
+        m = tw.mean(tw.is_token(x, "a"))
+        return tw.emit(tw.is_token(x, "\n"), [tw.token("a") + (m > 0.5) + 0 * d])
+
+    t = tw.trace(tenths, vocab=tw.Vocab("ab\n"))
+    text = repr(t)
+    assert "[0, 5] Z exact" in text  # tw.code
+    assert "[0, 0.5] 1/10Z rounded once" in text  # code / 10
+    assert "k/n rounded once" in text  # the mean
+    assert "d = tw.code(x) / 10" in text  # a slash in the code is not a directory
+    assert "<th>facts</th>" in t._repr_html_()

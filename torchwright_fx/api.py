@@ -15,9 +15,16 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.backends import card, circuit, hf, runtime
-from torchwright_fx.capture.errors import CompileError, InputError, node_source, op_name
+from torchwright_fx.capture.errors import (
+    CompileError,
+    InputError,
+    TorchwrightError,
+    node_source,
+    op_name,
+)
 from torchwright_fx.intrinsics import using_vocab
 from torchwright_fx.ir.graph import MachineKind
+from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.vocab import Vocab
 
@@ -35,31 +42,47 @@ class Traced:
     def __init__(self, fn: Callable[..., Any], vocab: Vocab):
         self.fn, self.vocab = fn, vocab
         self.graph_module: torch.fx.GraphModule = pipeline.trace(fn, vocab)
+        self._facts: dict[str, list[Interval]] | None = None
 
     @property
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
 
-    def rows(self) -> list[tuple[str, str, str, str]]:
-        """Per fx node: name, op, width, the user's source line (``file:line: code``)."""
+    def facts(self) -> dict[str, list[Interval]]:
+        """Per fx node, the facts the compiler derives for each column (value range, lattice,
+        how the reference rounds it, compiled noise) with the default options; empty when the
+        default compile refuses the program (the error says why)."""
+        if self._facts is None:
+            try:
+                self._facts = pipeline.lower_facts(self.graph_module, self.vocab, Options())
+            except TorchwrightError:
+                self._facts = {}
+        return self._facts
+
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """Per fx node: name, op, width, its facts (range, lattice, exactness), the user's
+        source line (``file:line: code``)."""
+        facts = self.facts()
         return [(n.name, op_name(n), str(n.meta.get("tw_width", "")),
+                 _describe_facts(facts.get(n.name)),
                  "" if n.op in ("placeholder", "output") else node_source(n))
                 for n in self.graph.nodes]
 
     def __repr__(self) -> str:
         lines = [f"Traced({self.fn.__name__}, {self.vocab!r})"]
-        for name, op, width, source in self.rows():
-            where = source.rsplit("/", 1)[-1]  # file:line: code, without the directories
-            lines.append(f"  {name:<20} {op:<22} width={width:<3} {where}")
+        for name, op, width, facts, source in self.rows():
+            where = _short_source(source)
+            lines.append(f"  {name:<20} {op:<22} width={width:<3} {facts:<28} {where}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         cells = "".join(f"<tr><td><code>{html.escape(n)}</code></td><td>{html.escape(o)}</td>"
-                        f"<td>{html.escape(w)}</td><td><code>{html.escape(s)}</code></td></tr>"
-                        for n, o, w, s in self.rows())
+                        f"<td>{html.escape(w)}</td><td>{html.escape(f)}</td>"
+                        f"<td><code>{html.escape(s)}</code></td></tr>"
+                        for n, o, w, f, s in self.rows())
         return (f"<p><b>Traced</b> <code>{html.escape(self.fn.__name__)}</code>, "
                 f"{html.escape(repr(self.vocab))}</p><table><tr><th>node</th><th>op</th>"
-                f"<th>width</th><th>source</th></tr>{cells}</table>")
+                f"<th>width</th><th>facts</th><th>source</th></tr>{cells}</table>")
 
     def compile(self, **options: Any) -> Compiled:
         return Compiled(self.fn, self.vocab, Options(**options), traced=self)
@@ -69,6 +92,33 @@ class Traced:
         with using_vocab(self.vocab), torch.no_grad():
             out = self.fn(self.vocab.one_hot(ids))
         return out.reshape(len(ids), -1)[:, 0]
+
+
+def _short_source(source: str) -> str:
+    """``file:line: code`` without the file's directories (the code may hold slashes)."""
+    path, sep, rest = source.partition(":")
+    return os.path.basename(path) + sep + rest
+
+
+_ROUNDING = {EXACT: "exact", ONCE: "rounded once", PAIR: "rounded twice", INEXACT: "inexact"}
+
+
+def _describe_facts(ranges: list[Interval] | None) -> str:
+    """One column's facts in a few words: ``[0, 9] Z exact``; several columns: their hull."""
+    if not ranges:
+        return ""
+    if len(ranges) == 1 and ranges[0].lo == ranges[0].hi:
+        return f"= {ranges[0].lo:g}"
+    if all(r.is_bool for r in ranges):
+        return "0/1" + (f" x{len(ranges)}" if len(ranges) > 1 else "")
+    lo, hi = min(r.lo for r in ranges), max(r.hi for r in ranges)
+    r = ranges[0]
+    lattice = "Z" if all(x.integral for x in ranges) else (
+        f"{r.step}Z" + (f"+{r.offset}" if r.offset else "") if r.step and len(ranges) == 1
+        else "k/n" if r.max_den else "real")
+    noise = max(x.noise for x in ranges)
+    text = f"[{lo:g}, {hi:g}] {lattice} {_ROUNDING[max(x.rounding for x in ranges)]}"
+    return text + (f" ±{noise:.1g}" if noise else "")
 
 
 def trace(fn: Callable[..., Any], *, vocab: Vocab | None = None) -> Traced:

@@ -23,6 +23,7 @@ from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement, place
 from torchwright_fx.ir.graph import MachineKind, Program
+from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.numerics import is_power_of_two
@@ -88,6 +89,13 @@ def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Prog
     geom = Geometry(opts.d_head, opts.max_seq_len)
     prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
     return eliminate_dead(fold_embedding(prog))
+
+
+def lower_facts(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
+                ) -> dict[str, list[Interval]]:
+    """The facts of every fx node (a lowering run for its facts only, e.g. to show them)."""
+    geom = Geometry(opts.d_head, opts.max_seq_len)
+    return lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code").facts
 
 
 def schedule_program(prog: Program, opts: Options) -> Plan:

@@ -89,6 +89,7 @@ class Program:
     approximations: list[str] = field(default_factory=list)  # accepted with exact=False
     views: dict[str, list[Lin]] = field(default_factory=dict)  # fx node name -> its columns
     sources: dict[str, str] = field(default_factory=dict)  # fx node name -> user source line
+    facts: dict[str, list[Interval]] = field(default_factory=dict)  # fx node name -> per column
     live: set[int] = field(default_factory=set)  # signals something reads (set by passes.dce)
     memo: dict[str, object] = field(default_factory=dict)  # shared sub-results (e.g. position)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)

@@ -19,7 +19,6 @@ from torchwright_fx.ops import decode, ffn
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.vocab import Vocab
 
-
 # What to write instead of torch ops that act across positions (by the op's name).
 HINTS = {
     "cumsum": "a running sum over positions is tw.mean(v) * (tw.position(x) + 1) (or "
@@ -170,4 +169,5 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
     if isinstance(value, Stream):
         prog.views[node.name] = value.cols
         prog.sources[node.name] = node_source(node)
+        prog.facts[node.name] = value.ranges
     return value

@@ -159,10 +159,15 @@ class Model:
     layer_weight: int  # W in the objective
     parity: dict[int, int]
     layer: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    hint: dict[int, int] = field(default_factory=dict)  # producer -> the warm plan's layer
 
     def stage(self, pid: int) -> Expr:
         """The stage of a producer as an affine expression; the embedding is stage -1."""
         return -1 if pid == EMBED else 2 * self.layer[pid] + self.parity[pid]
+
+    def hinted_stage(self, pid: int) -> int:
+        """The stage of a producer in the hint (the warm plan)."""
+        return -1 if pid == EMBED else 2 * self.hint[pid] + self.parity[pid]
 
 
 def stage_windows(prog: Program, horizon: int) -> dict[int, tuple[int, int]]:
@@ -193,7 +198,7 @@ def build_model(prog: Program, warm: Plan, horizon: int, d_model: int | None) ->
     weight = 4 * d_head * len(heads) + 3 * len(all_lanes) + 1
     m = Model(cp, horizon, d_head, weight, {pid: parity(p) for pid, p in prog.producers.items()})
     windows = stage_windows(prog, horizon)
-    hint = {pid: warm.stage.get(pid, lo) // 2 for pid, (lo, _) in windows.items()}
+    hint = m.hint = {pid: warm.stage.get(pid, lo) // 2 for pid, (lo, _) in windows.items()}
 
     # Layer of each producer, and its one-hot "p is in layer L" indicators.
     at: dict[int, dict[int, cp_model.IntVar]] = {}
@@ -278,17 +283,25 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
     for (pid, reads, is_output), count in sorted(groups.items(),
                                                  key=lambda g: (g[0][0], sorted(g[0][1]), g[0][2])):
         start = m.stage(pid) + 1
+        # the hint, completed here: the warm plan's interval (Plan.occupancy, shifted by +1)
+        hint_start = m.hinted_stage(pid) + 1
         if is_output:
             end: Expr = end_of_time
+            hint_end = end_of_time
         elif reads:
             # the column is freed at the first attention stage at or after the last read
             cancel = cp.new_int_var(0, m.horizon, f"cancel_{pid}_{min(reads)}")
             for r in reads:
                 cp.add(2 * cancel >= m.stage(r))
             end = 2 * cancel + 2
+            hint_cancel = (max(m.hinted_stage(r) for r in reads) + 1) // 2
+            cp.add_hint(cancel, hint_cancel)
+            hint_end = 2 * hint_cancel + 2
         else:
             end = start + 1
+            hint_end = hint_start + 1
         size = cp.new_int_var(1, end_of_time + 1, f"live_{pid}_{len(intervals)}")
+        cp.add_hint(size, hint_end - hint_start)
         intervals.append(cp.new_interval_var(start, size, end, f"span_{pid}_{len(intervals)}"))
         demands.append(count)
     capacity = d_model - reserved_columns(d_model)

@@ -57,7 +57,8 @@ class _Writer:
 
 class _Sparse:
     """Writes into one zero matrix, collected and stored with one indexed assignment: each
-    (row, column) at most once."""
+    (row, column) at most once. Values are float64 (Python floats) until the store rounds
+    them to the matrix's fp32, as ``.float()`` of a float64 matrix did."""
 
     def __init__(self) -> None:
         self.cells: dict[tuple[int, int], float] = {}
@@ -68,8 +69,8 @@ class _Sparse:
     def store(self, out: torch.Tensor) -> torch.Tensor:
         if self.cells:
             rows, cols = zip(*self.cells, strict=True)
-            out[list(rows), list(cols)] = torch.tensor(list(self.cells.values()),
-                                                       dtype=out.dtype)
+            values = torch.tensor(list(self.cells.values()), dtype=torch.float64)
+            out[list(rows), list(cols)] = values.to(out.dtype)
         return out
 
 
@@ -92,8 +93,8 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
             col = w.column(sid)
             if col is not None:
                 o.cells[col, base + r] = sign
-    return (qkv.store(torch.zeros(3 * width, d, dtype=torch.float64)),
-            o.store(torch.zeros(d, width, dtype=torch.float64)))
+    return (qkv.store(torch.zeros(3 * width, d, dtype=torch.float32)),
+            o.store(torch.zeros(d, width, dtype=torch.float32)))
 
 
 def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,8 +112,8 @@ def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, to
     for lane, i in layer.lane_index.items():
         gate_up.row(i, w.entries(lane.gate))
         gate_up.row(d_ff + i, w.entries(lane.up))
-    return (gate_up.store(torch.zeros(2 * d_ff, d, dtype=torch.float64)),
-            down.store(torch.zeros(d, d_ff, dtype=torch.float64)))
+    return (gate_up.store(torch.zeros(2 * d_ff, d, dtype=torch.float32)),
+            down.store(torch.zeros(d, d_ff, dtype=torch.float32)))
 
 
 def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None
@@ -133,8 +134,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     for layer in placed.layers:
         qkv, o = _attention(w, layer, placed.n_heads, geom.d_head)
         gate_up, down = _mlp(w, layer, placed.d_ff)
-        layers.append(LayerWeights(qkv.float(), o.float(), gate_up.float(), down.float(),
-                                   gain.clone(), gain.clone()))
+        layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
     final = gain.clone()
     final[plan.pin_cols] = 0.0
 

@@ -68,14 +68,15 @@ def eos_before_trigger(lay: Layout, code: torch.Tensor) -> torch.Tensor:
 # -- printing ------------------------------------------------------------------------------------
 # A number is printed by one table on (value, character index): two MLP stages after the value
 # and the step are known (clamp the step, then the table), whatever the number of digits.
-def _char_table(lo: int, hi: int, end: Callable[[int], str]) -> tuple[dict, int]:
-    """{(b, v - lo): token}: b < w is character b of str(v) (w = the longest), b == w the
+def _char_table(lo: int, hi: int, end: Callable[[int], str],
+                text: Callable[[int], str] = str) -> tuple[dict, int]:
+    """{(b, v - lo): token}: b < w is character b of text(v) (w = the longest), b == w the
     token after the number (``end(v)``); with 2 (w + 2) columns, the second half for the last
     element; the index w + 1 (before the trigger) is ``<eos>``."""
-    w = max(len(str(lo)), len(str(hi)))
+    w = max(len(text(v)) for v in range(lo, hi + 1))
     table = {}
     for v in range(lo, hi + 1):
-        s = str(v)
+        s = text(v)
         for last in (0, 1):
             for b in range(w + 2):
                 tok = s[b] if b < len(s) else ("<eos>" if last or b == w + 1 else end(v))
@@ -91,12 +92,20 @@ def _char_index(d: torch.Tensor, lay: Layout, w: int) -> torch.Tensor:
                      default=w + 1)
 
 
-def print_one(lay: Layout, value: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-    """The output stream printing ``value`` (a whole number in [lo, hi]) in decimal after the
-    trigger, then ``<eos>``."""
-    table, w = _char_table(lo, hi, lambda v: "<eos>")
+def print_one(x: torch.Tensor, lay: Layout, value: torch.Tensor, lo: int, hi: int,
+              text: Callable[[int], str] = str) -> torch.Tensor:
+    """The output stream printing ``text(value)`` (``value`` a whole number in [lo, hi]; by
+    default in decimal) after the trigger, then ``<eos>``. The input must not hold the
+    characters printed: those printed so far are counted by their tokens (one selector width,
+    read in the same layer as ``value``'s), which saves the layers that ``steps_since`` and
+    the index table take."""
+    table, w = _char_table(lo, hi, lambda v: "<eos>", text)
     value = tw.claim(value, lo, hi, integral=True)
-    return tw.lookup2(_char_index(lay.step, lay, w), value - lo, table, default="<eos>")
+    chars = [float(tw.token(t)) for t in sorted({t for v in range(lo, hi + 1) for t in text(v)})]
+    printed = tw.claim(tw.selector_width(tw.select(x, x, lambda k, q: k in chars)), 0, w,
+                       integral=True)
+    index = printed + (w + 1) * (1 - lay.after)  # w + 1 before the trigger: <eos>
+    return tw.lookup2(index, value - lo, table, default="<eos>")
 
 
 def print_sequence(x: torch.Tensor, lay: Layout, count: torch.Tensor, lo: int, hi: int,

@@ -49,7 +49,7 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         lay = c.layout(x)
         a = float(tw.token(TOKEN))
         n = tw.selector_width(tw.select(x, x, lambda k, q: k == a))
-        return c.print_one(lay, n, 0, max_len)
+        return c.print_one(x, lay, n, 0, max_len)
 
     options.setdefault("max_seq_len", max_len + 2 + len(str(max_len)))
     return tw.compile(count, vocab=VOCAB, **options).with_domain(lambda: inputs(max_len), oracle)

@@ -63,7 +63,7 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
             code = float(tw.token(b))
             hist_b = tw.selector_width(tw.select(x, x, lambda k, q, code=code: k == code))
             total = total + tw.lookup(hist_b, {h: h for h in range(1, N + 1)}, default=0)
-        return c.print_one(lay, total, 0, max_len)
+        return c.print_one(x, lay, total, 0, max_len)
 
     options.setdefault("max_seq_len", max_len + 2 + len(str(max_len)))
     return tw.compile(count_less_freq, vocab=VOCAB, **options).with_domain(

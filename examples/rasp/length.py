@@ -51,7 +51,7 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         # alone counts the input (a TRUE select would count the trigger and the digits).
         letters = [float(tw.token(t)) for t in ALPHABET]
         n = tw.selector_width(tw.select(x, x, lambda k, q: k in letters))
-        return c.print_one(lay, n, 0, max_len)
+        return c.print_one(x, lay, n, 0, max_len)
 
     options.setdefault("max_seq_len", max_len + 2 + len(str(max_len)))
     return tw.compile(length, vocab=VOCAB, **options).with_domain(

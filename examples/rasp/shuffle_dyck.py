@@ -108,12 +108,16 @@ def make(max_len: int = MAX_LEN, pairs: Sequence[str] = PAIRS, vocab: tw.Vocab =
             balance = fracs[:, 0:1] - fracs[:, 1:2]
             negative.append((balance < 0).float())
             zero.append((balance == 0).float())
-        any_negative = torch.cat(negative, dim=-1).any(dim=-1, keepdim=True).float()
-        all_zero = torch.cat(zero, dim=-1).all(dim=-1, keepdim=True).float()
-        has_neg = tw.aggregate(prevs, any_negative) > 0
-        last_zero = tw.shift(all_zero, 1) > 0.5
-        answer = (last_zero & ~has_neg).float()
-        return c.print_one(lay, answer, 0, 1)
+        # any_negative and all_zero as counts over the pairs (no step of their own: the steps
+        # after the aggregate and the shift read them, "> 0" and "== number of pairs")
+        any_negative = sum(negative, torch.zeros_like(negative[0]))
+        all_zero = sum(zero, torch.zeros_like(zero[0]))
+        has_neg = (tw.aggregate(prevs, any_negative) > 0).float()
+        last_zero = (tw.shift(all_zero, 1) >= len(pairs)).float()
+        # last_zero & ~has_neg, read by the printing table: 2 * last_zero + has_neg is 2
+        # exactly when the brackets balance
+        return c.print_one(x, lay, 2 * last_zero + has_neg, 0, 3,
+                           lambda v: "1" if v == 2 else "0")
 
     options.setdefault("max_seq_len", max_len + 3)
     return tw.compile(shuffle_dyck, vocab=vocab, **options).with_domain(

@@ -64,14 +64,6 @@ def is_const(value: object) -> bool:
     return isinstance(value, (bool, int, float, torch.Tensor))
 
 
-def width_of(value: object) -> int:
-    if isinstance(value, Stream):
-        return value.width
-    if isinstance(value, torch.Tensor) and value.dim() >= 1:
-        return int(value.shape[-1])
-    return 1
-
-
 def to_stream(value: object, width: int) -> Stream:
     if isinstance(value, Stream):
         return value.broadcast(width)

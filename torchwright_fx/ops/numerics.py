@@ -3,7 +3,6 @@
 All arithmetic is fp32, as in the emitted Phi-3 checkpoint.
 """
 
-import math
 from fractions import Fraction
 
 # -- SwiGLU hinge -----------------------------------------------------------------------------
@@ -54,10 +53,6 @@ RMS_EPS = 1e-5
 def is_power_of_two(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
-
-def sqrt_exact(n: int) -> float:
-    """sqrt(n), used to fold Phi-3's 1/sqrt(d_head) logit scale into W_Q."""
-    return math.sqrt(n)
 
 # -- FFN constructions (ops/ffn.py) -----------------------------------------------------------
 # max_y |SiLU(y) - relu(y)| = max_y |y| * sigmoid(-|y|): the maximum sits where y*sigmoid(y) = 1

@@ -26,8 +26,7 @@ from examples.rasp import _common as c
 MAX_LEN = 100
 ALPHABET = "abc()"
 VOCAB = tw.Vocab(c.DIGITS + c.SEP + ALPHABET + c.TRIGGER)
-DEMOS = ["((a)\n", "hello\n".replace("h", "a").replace("e", "(").replace("l", "b")
-         .replace("o", ")")]
+DEMOS = ["((a)\n", "a(bb)\n", "(((\n"]
 EDGE_CASES = ["(\n", "a\n", "()\n", "((a)\n", "(" * 100 + "\n", ")" * 100 + "\n",
               "a" * 99 + "(\n", "(" + "a" * 99 + "\n", "()" * 50 + "\n"]
 

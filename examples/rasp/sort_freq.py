@@ -6,11 +6,12 @@ order: ``target_pos`` counts the positions whose (key, position) comes first, an
 ``Aggregate(Select(target_pos, indices, EQ), tokens)`` fetches position p's token. Tokens are
 the digits 1-4 with repeats (tracr's test).
 
-Adapted. The answer is printed one step at a time; after the trigger, for each token b:
+Adapted. The answer is printed one step at a time; at each step, for each token b:
 
-- ``in_b = SelectorWidth(Select(tokens, tokens, k == b) & input)``, its count (RASP's hist),
-  and ``printed_b``, the same over the answer so far;
-- the position of b's next unprinted occurrence, number ``printed_b + 1``: "the position j
+- its count up to here, ``SelectorWidth(Select(tokens, tokens, k == b))``: at the trigger
+  (``tw.latch``) the input's count ``in_b`` (RASP's hist), since then plus the printed copies,
+  ``printed_b``;
+- the position of its next unprinted occurrence, number ``printed_b + 1``: "the position j
   whose running count equals m".
 
 The next token is, among the b not yet printed ``in_b`` times, the one with the largest
@@ -20,10 +21,9 @@ level of the sort, in input order, and each token's occurrences come in order).
 The second point is where RASP would select on a count (``Select(running count, m, EQ)``),
 which ``tw.select`` refuses today: counts are decoded from positions, not bit-exact
 (examples/rasp/FINDINGS.md, finding 1). It is found instead by a two-round search with
-``tw.gather``: the running counts (a selector width per token at every input position) are
-read at the block ends B, 2B, ... (B = 10 for length 100: which block holds occurrence m),
-then at each position of that block. That costs 2 rounds of heads (9 + 4 x 9 at length 100)
-where the select would be one head.
+``tw.gather``: the running counts are read at the block ends B, 2B, ... (which block holds
+occurrence m), then at each place of that block. At length 100, B = 5: 19 heads in the first
+round (all tokens at once), 4 x 4 in the second, where the select would be one head per token.
 """
 
 from __future__ import annotations

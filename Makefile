@@ -123,6 +123,7 @@ $(TRACR_STAMP): scripts/tracr/requirements.txt
 	$(TRACR_PY) -m pip install -q -r scripts/tracr/requirements.txt
 	touch $(TRACR_STAMP)
 
-bench-tracr: $(TRACR_STAMP)
+bench-tracr: $(TRACR_STAMP) $(STAMP)
 	OMP_NUM_THREADS=1 XLA_FLAGS=--xla_cpu_multi_thread_eigen=false \
 		$(TRACR_PY) scripts/tracr/bench_tracr.py
+	OMP_NUM_THREADS=1 $(PY) scripts/tracr/compare.py

@@ -11,7 +11,11 @@ predicts ``<eos>`` (nothing to print yet).
 Sequences of numbers are printed as decimal integers separated by ``,`` (``abac\\n`` ->
 ``2,1,2,1`` for ``hist``): element ``e`` is being printed once ``e`` separators have been
 printed (a ``tw.selector_width`` over the separators), character ``d`` of it is the one
-``d`` steps after the latest separator or the trigger (``tw.steps_since``).
+``d`` steps after the latest separator or the trigger (``tw.steps_since``). A single value
+is printed once, its character ``d`` counted by the characters printed so far (a selector
+width over their tokens, which the input does not hold). Either way one table
+(``tw.lookup2`` on character index and value) gives the token. The printed characters come
+first in each ``VOCAB``: low codes, close together, give that table its logit margin.
 """
 
 from __future__ import annotations

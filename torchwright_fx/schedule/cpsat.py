@@ -76,7 +76,7 @@ from pathlib import Path
 from ortools.sat.python import cp_model
 
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Producer, Program
-from torchwright_fx.schedule.bounds import critical_path_layers, earliest_stages
+from torchwright_fx.schedule.bounds import critical_path_layers, earliest_stages, peak_overlap
 from torchwright_fx.schedule.columns import MIN_D_MODEL, fitting_width, reserved_columns
 from torchwright_fx.schedule.plan import Plan
 
@@ -126,9 +126,7 @@ def shape(prog: Program, stage: dict[int, int]) -> Shape:
             heads[layer] += 1
         else:
             lanes.setdefault(layer, set()).update(p.lanes)
-    spans = plan.occupancy(prog).values()
-    live = max((sum(1 for a, b in spans if a <= t <= b)
-                for t in range(-1, 2 * plan.n_layers + 1)), default=0)
+    live = peak_overlap(plan.occupancy(prog).values(), -1, 2 * plan.n_layers)
     return Shape(plan.n_layers, max(heads.values(), default=0),
                  max((len(s) for s in lanes.values()), default=0), live)
 

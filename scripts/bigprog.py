@@ -274,8 +274,9 @@ def measure(prog: BigProgram, optimize: int = 0, **options: Any) -> dict[str, An
     """Compile ``prog`` stage by stage, as ``pipeline.build`` does, timing each stage:
     trace (capture + propagate), lower, passes (fold_embedding + eliminate_dead), schedule
     (heuristic, then CP-SAT when ``optimize``), columns (allocate + check), emit (place +
-    emit) and bounds (the two lower bounds ``Build`` reports). Peak memory is the process's
-    peak RSS (``resource.getrusage``), so run one size per process (``--measure`` does)."""
+    emit) and bounds (the two lower bounds ``Build`` reports), in wall-clock and process CPU
+    seconds. Peak memory is the process's peak RSS (``resource.getrusage``), so run one size
+    per process (``--measure`` does)."""
     from torchwright_fx import pipeline
     from torchwright_fx.emit.emitter import emit
     from torchwright_fx.emit.placement import place
@@ -290,12 +291,14 @@ def measure(prog: BigProgram, optimize: int = 0, **options: Any) -> dict[str, An
     geom = Geometry(opts.d_head, opts.max_seq_len)
     fn = prog.function()
     seconds: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # process CPU seconds: steadier than wall-clock on a busy machine
     rss: dict[str, float] = {"start": _rss_mb()}
 
     def timed(stage: str, run: Any) -> Any:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = run()
         seconds[stage] = time.perf_counter() - start
+        cpu[stage] = time.process_time() - start_cpu
         rss[stage] = _rss_mb()
         return out
 
@@ -324,7 +327,8 @@ def measure(prog: BigProgram, optimize: int = 0, **options: Any) -> dict[str, An
     timed("bounds", lambda: (bounds.critical_path_layers(p), bounds.peak_live_width(p, plan)))
     return {"fx_nodes": len(gm.graph.nodes), "producers": len(p.producers),
             "signals": len(p.live), "optimize": optimize, "seconds": seconds,
-            "total_seconds": sum(seconds.values()), "peak_rss_mb": max(rss.values()),
+            "total_seconds": sum(seconds.values()), "cpu_seconds": cpu,
+            "total_cpu_seconds": sum(cpu.values()), "peak_rss_mb": max(rss.values()),
             "start_rss_mb": rss["start"], "rss_mb": rss,
             "layers": machine.n_layers, "d_model": machine.d_model, "heads": machine.n_heads,
             "lanes": machine.d_ff, "parameters": machine.parameters(),

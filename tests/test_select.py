@@ -247,3 +247,20 @@ def test_key_value_lookup_over_26_letters_in_four_heads(tmp_path):
         want = _key_value_oracle(p)
         assert program.reference(p) == want, p
         assert hf_generate(model, tok, p) == want, p
+
+
+def test_aggregates_of_one_selector_share_their_denominator():
+    """(RASP's pair balance) two aggregates over the same selector are k/n and m/n with the
+    same n, so their difference compares with 0 exactly (was refused as inexact)."""
+    def balance(x):
+        s = tw.select(x, x, "true")
+        d = tw.aggregate(s, tw.is_token(x, "(")) - tw.aggregate(s, tw.is_token(x, ")"))
+        return tw.emit(tw.is_token(x, "\n"), [torch.where(d < 0, tw.token("a"), tw.token("b"))])
+
+    program = tw.compile(balance, vocab=tw.Vocab("ab()\n"), max_seq_len=64)
+    rng = random.Random(0)
+    for _ in range(100):
+        p = "".join(rng.choice("()ab") for _ in range(rng.randint(0, 40))) + "\n"
+        opens, closes = p.count("("), p.count(")")
+        want = "a" if opens < closes else "b"
+        assert program.reference(p) == program.generate(p) == want, p

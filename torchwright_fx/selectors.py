@@ -220,7 +220,11 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     q, k = selection.head_qk(ctx, feats, MEAN_GAIN, [m * MEAN_GAIN - FALLBACK_GAP], False,
                              "aggregate")
     n = ctx.geom.max_seq_len
-    group = hash((ctx.name, "aggregate")) or 1  # its own denominator: the selection's count
+    # the denominator is the selection's count: shared by every aggregate of this selector
+    # (the same object for the same tw.select node); a default that is not a whole number is
+    # not k/n with that count, so such an aggregate keeps a group of its own
+    owner = id(sel) if float(default).is_integer() else ctx.name
+    group = hash(("aggregate", owner)) or 1
     ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
                        den_group=group,
                        noise=r.noise + numerics.MEAN_NOISE * max(r.magnitude, abs(default)),

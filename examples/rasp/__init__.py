@@ -1,0 +1,1 @@
+"""tracr's lib.py in our language (issue 16): one program per module; see README.md."""

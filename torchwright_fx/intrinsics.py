@@ -509,7 +509,7 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
         hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
     # the reference divides a sum of whole numbers once (ONCE), else sums rounded values
     ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
-                       noise=r.noise + numerics.MEAN_NOISE * r.magnitude,
+                       noise=r.noise + numerics.mean_noise(n) * r.magnitude,
                        rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
               for r in v.ranges]
     cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)

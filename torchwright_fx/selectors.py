@@ -227,7 +227,7 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     group = hash(("aggregate", owner)) or 1
     ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
                        den_group=group,
-                       noise=r.noise + numerics.MEAN_NOISE * max(r.magnitude, abs(default)),
+                       noise=r.noise + numerics.mean_noise(n) * max(r.magnitude, abs(default)),
                        rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
               for r in v.ranges]
     if all(r.integral and r.lo == r.hi for r in v.ranges):  # a constant: the mean is itself

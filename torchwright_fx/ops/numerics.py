@@ -94,11 +94,23 @@ MIN_GRID_SPACING = Fraction(1, 2 ** 16)
 MAX_SHARPNESS = 2.0 ** 12
 
 # -- averages (tw.mean) -----------------------------------------------------------------------
-# An attention average of values in [lo, hi] carries fp32 error of a few ulps of max(|lo|,|hi|)
-# (measured ~1e-7 relative, docs/numerical_noise.md); allow 2**-20 relative. A comparison of a
-# mean against a threshold places its ramp between the attainable fractions k/n nearest the
-# threshold, and needs a quarter of that gap to exceed this noise.
-MEAN_NOISE = 2.0 ** -20
+# An attention average over n positions is sum_j w_j v_j with fp32 weights w_j = fl(1/n)
+# (relative error 2**-24 each). A runtime may add the n products one by one (vLLM's and
+# llama.cpp's CPU kernels, an online softmax); the k-th partial sum is at most k/n of max |v|
+# and rounds by 2**-24 of itself, so those roundings total (n + 1)/2 * 2**-24 of max |v|; with
+# the weights' and the output's own rounding, mean_noise is ((n + 1)/2 + 2) * 2**-24.
+# Measured on the runtime at 512 and 2048 positions: 9.6e-7 and 1.0e-6 of max |v|, so the
+# older flat 2**-20 was not a bound.
+# A comparison of a mean against a threshold places its ramp between the attainable
+# fractions k/n nearest the threshold, and needs a quarter of that gap to exceed this noise.
+MEAN_NOISE = 2.0 ** -20  # the smallest mean_noise (a few positions)
+
+
+def mean_noise(max_seq_len: int) -> float:
+    """The relative error bound of an attention average over up to max_seq_len positions."""
+    return max(MEAN_NOISE, ((max_seq_len + 1) / 2 + 2) * 2.0 ** -24)
+
+
 # Fractions k/n are searched over every n <= max_den: beyond this many denominators a mean is
 # treated as real-valued (its comparisons use RAMP_WIDTH ramps).
 MAX_MEAN_DENOMINATORS = 8192

@@ -264,3 +264,50 @@ def test_aggregates_of_one_selector_share_their_denominator():
         opens, closes = p.count("("), p.count(")")
         want = "a" if opens < closes else "b"
         assert program.reference(p) == program.generate(p) == want, p
+
+
+# -- red team, round 1: the predicate sees fp32 values; constants fp32 does not hold -----------
+def _all_prompts(chars: str, longest: int) -> list[str]:
+    import itertools
+
+    return ["".join(p) for n in range(longest + 1) for p in itertools.product(chars, repeat=n)]
+
+
+def _tenths_key(x):  # 'b' -> 0.4: the reference's 0.4 is 0.4000000059604645
+    k = tw.code(x) / 10
+    w = tw.selector_width(tw.select(k, k, lambda k, q: k == 0.4))
+    return tw.lookup(w, {0: "a", 1: "b"}, default="b")
+
+
+def _sum_of_tenths(x):  # 0.2f + 0.2f > 0.4 in fp32
+    k = tw.lookup(x, {"a": 0.1, "b": 0.2})
+    w = tw.selector_width(tw.select(k, k, lambda k, q: k + q > 0.4))
+    return tw.lookup(w, {0: "a", 1: "b"}, default="b")
+
+
+@pytest.mark.parametrize("fn", [_tenths_key, _sum_of_tenths])
+def test_predicates_decide_on_the_values_the_reference_sees(fn):
+    """Was wrong at about 1,000-2,300 positions each: the predicate ran on exact grid points
+    at compile time and on fp32 values in the reference."""
+    program = tw.compile(fn, vocab=tw.Vocab("ab"), max_seq_len=8).compile()
+    for p in _all_prompts("ab", 6):
+        ids = program._prompt_ids(p)
+        assert program.logits(ids).argmax(-1).tolist() == \
+            [int(c) for c in program.traced.run(ids).tolist()], p
+
+
+def test_a_threshold_fp32_does_not_hold_is_refused_where_it_matters():
+    """x > 3 - 1e-9 is x > 3.0 in torch's fp32 comparison; the facts read 2.999999999 and
+    decided 3 > it (wrong at 166 of 710 positions). Refused, naming the fp32 constant."""
+    def eps(x):
+        return torch.where(tw.code(x) > 3 - 1e-9, tw.token("a"), tw.token("b"))  # MARK
+
+    with pytest.raises(tw.CompileError, match=r"MARK(.|\n)*fp32 does not hold(.|\n)*3\.0"):
+        tw.compile(eps, vocab=tw.Vocab("ab"), max_seq_len=8).compile()
+
+    def safe(x):  # 3.5 - 1e-9 rounds to 3.5, and no code sits there
+        return torch.where(tw.code(x) > 3.5 - 1e-9, tw.token("a"), tw.token("b"))
+
+    program = tw.compile(safe, vocab=tw.Vocab("ab"), max_seq_len=8)
+    for p in _all_prompts("ab", 4):
+        assert program.generate(p) == program.reference(p), p

@@ -33,7 +33,7 @@ from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Pwl
 from torchwright_fx.ops.numerics import SILU_SCALE
-from torchwright_fx.ops.ties import refuse_ties
+from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant
 
 # -- piecewise ----------------------------------------------------------------------------------
 Fn: TypeAlias = "Callable[[Any], Any] | sympy.Expr | tuple[sympy.Expr, sympy.Symbol]"
@@ -472,6 +472,7 @@ def _lower_equals(ctx: LowerCtx, v: Stream, target: Any) -> Stream:
         for c, r, t in zip(v.cols, v.ranges, ts, strict=True):
             refuse_ties(r, table.value_set(ctx, c, r), [read_float(t)],
                         "tw.equals")
+            refuse_unheld_constant(t, r, table.value_set(ctx, c, r), "tw.equals")
             found = _mismatch(ctx, c, r, t)
             if found is None:
                 return Stream.const([0.0], True)

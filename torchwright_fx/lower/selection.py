@@ -14,10 +14,11 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch.fx
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, INEXACT, Interval, read_float
+from torchwright_fx.ir.ranges import BOOL, ONCE, Interval, read_float
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
@@ -55,9 +56,10 @@ class Side:
     """One key or query stream: its values, and 0/1 indicator columns of sets of them built on
     demand (one MLP staircase each, shared per stream; the token stream's are free)."""
 
-    values: tuple[float, ...]
+    values: tuple[float, ...]  # as the reference sees them (fp32), for the predicate
     at_bos: float  # the stream's value at <bos>, known at compile time
     label: str
+    points: tuple[float, ...] = ()  # the exact grid points behind ``values``, for the steps
     col: Lin | None = None  # the stream (None: the token stream, see ``tokens``)
     rng: Interval | None = None
     grid: ffn.Grid | None = None
@@ -70,7 +72,7 @@ class Side:
         assert self.rng is not None and self.grid is not None
         chosen = sorted(set(members))
         key = (f"select.indicator:{sorted(self.col.terms.items())}:{self.col.const}:"
-               f"{self.values[0]}:{len(self.values)}:{chosen}")
+               f"{self.points[0]}:{len(self.points)}:{chosen}")
         cached = ctx.prog.memo.get(key)
         if isinstance(cached, Lin):
             return cached
@@ -79,7 +81,7 @@ class Side:
             end = m
             while end + 1 < len(chosen) and chosen[end + 1] == chosen[end] + 1:
                 end += 1
-            lo, hi = self.values[chosen[m]], self.values[chosen[end]]
+            lo, hi = self.points[chosen[m]], self.points[chosen[end]]
             steps += [ffn.Step(lo, False, 1.0), ffn.Step(hi, True, -1.0)]
             m = end + 1
         with table.user_errors(ctx):
@@ -197,7 +199,7 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     label = f"{what} ({getattr(arg, 'name', arg)})"
     if arg is _input_node(ctx):  # the token stream: its own one-hot, values = token codes
         codes = tuple(float(i) for i in range(len(ctx.vocab)))
-        return Side(codes, float(ctx.vocab.bos_id), label, tokens=tuple(s.cols))
+        return Side(codes, float(ctx.vocab.bos_id), label, codes, tokens=tuple(s.cols))
     if s.width != 1:
         raise ctx.error(f"select's {what} must be one column (or the token stream x itself), "
                         f"got width {s.width}", "select on tw.code(...) of a moved token stream")
@@ -206,7 +208,7 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     if not rng.finite:
         raise ctx.error(f"select's {what} have no finite range",
                         "declare it with tw.claim(v, lo, hi, integral=True)")
-    if rng.rounding == INEXACT:
+    if rng.rounding > ONCE:
         raise ctx.error(f"select's {what} are computed inexactly by the reference (fp32 rounding "
                         "more than once), so the predicate could hold in exact arithmetic and "
                         "fail in the reference", "compute them from whole numbers, or round "
@@ -222,7 +224,10 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
                         f"{MAX_SELECT_VALUES} a selection head encodes",
                         "narrow the range with tw.claim or torch.clamp; to move values by "
                         "position use tw.shift or tw.gather")
-    return Side(tuple(points), at_bos, label, col, rng, grid)
+    # the predicate sees each value as the reference does: the exact point rounded once to
+    # fp32 (0.4 is 0.4000000059604645 there), so `lambda k, q: k == 0.4` decides alike
+    seen = tuple(float(np.float32(p)) for p in points)
+    return Side(seen, at_bos, label, tuple(points), col, rng, grid)
 
 
 # -- features ------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn, numerics
 from torchwright_fx.ops.ffn import Grid, Pwl, Step
-from torchwright_fx.ops.ties import refuse_ties
+from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant
 
 Rule = Callable[..., Any]
 FUNCTIONS: dict[Any, Rule] = {}
@@ -671,6 +671,7 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
         for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
             values = value_set(ctx, c, r)
             refuse_ties(r, values, [read_float(t)], "this comparison")
+            refuse_unheld_constant(t, r, values, "this comparison")
             fs.append(_compare_pwl(op, t, values))
             ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
             ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from torchwright_fx.ir.ranges import INEXACT, PAIR, Interval
+import numpy as np
+
+from torchwright_fx.ir.ranges import INEXACT, PAIR, Interval, read_float
 from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
 
 _SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible
@@ -64,3 +66,29 @@ def refuse_ties(rng: Interval, values: Grid | Fractions | None,
             f"may land just below or above it (0.53 * 100 is 52.999996 in fp32); compute "
             "with whole numbers before the step (a count instead of a mean, n * 13 // 10 "
             "instead of floor(n * 1.3)), or round the value first (torch.round)")
+
+
+def refuse_unheld_constant(t: float, rng: Interval, values: Grid | Fractions | None,
+                           what: str) -> None:
+    """A constant the step compares with that fp32 does not hold (``3 - 1e-9``): torch
+    compares an fp32 stream with the constant rounded to fp32 (3.0), while the facts read the
+    constant as itself; the two disagree exactly when the stream can take a value other than
+    the constant that rounds to the same fp32 number. Refuse then."""
+    exact, held = read_float(t), Fraction(float(np.float32(t)))
+    if held == exact or values is None:
+        return
+    ulp = Fraction(float(np.spacing(np.float32(t))))
+    lo, hi = min(exact, held - ulp), max(exact, held + ulp)
+    if isinstance(values, Grid):
+        near = values.at_or_above(lo)
+        hit = near <= hi and (near != exact or values.at_or_above(near + values.spacing) <= hi)
+    else:
+        near = Fraction(values.above(lo, False))
+        hit = near <= hi and (near != exact or Fraction(values.above(near, True)) <= hi)
+    if hit and Fraction(rng.lo) <= hi and lo <= Fraction(rng.hi):
+        raise RangeError(
+            f"not exact: {what} compares with {t!r}, which fp32 does not hold: torch compares "
+            f"the fp32 stream with {float(held)!r} instead, and the value can be "
+            f"{float(near):g}, which the two readings put on different sides; write a "
+            f"constant fp32 holds ({float(held)!r}, or a value halfway between the values "
+            "the stream takes)")

@@ -144,6 +144,13 @@ def _describe(predicate: Any) -> str:
         getattr(resolve_callables(predicate), "__name__", "predicate")
 
 
+def _values_column(v: torch.Tensor | float, n: int) -> torch.Tensor:
+    """The values an aggregate reads, ``[n, width]``; a number is the same at every position."""
+    if not isinstance(v, torch.Tensor):
+        return torch.full((n, 1), float(v))
+    return _col(v).to(torch.float32)
+
+
 def _default_value(default: str | float) -> float:
     return _table_value(default)
 
@@ -153,7 +160,7 @@ def aggregate(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0) ->
     """The mean of ``v`` over the positions ``sel`` selects (1 <= j <= i); ``default`` where
     none is selected. With one selected position (or equal values) it is that value."""
     m = _causal(sel).to(torch.float32)
-    v = _col(v).to(torch.float32)
+    v = _values_column(v, m.shape[0])
     counts = m.sum(dim=1, keepdim=True)
     out = (m @ v) / counts.clamp(min=1)
     return torch.where(counts > 0, out, torch.full_like(out, _default_value(default)))
@@ -165,8 +172,8 @@ def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
     """``v`` at the most recent position ``sel`` selects (1 <= j <= i); ``default`` where none
     is selected."""
     m = _causal(sel)
-    v = _col(v).to(torch.float32)
     n = m.shape[0]
+    v = _values_column(v, n)
     last = torch.where(m, torch.arange(n)[None, :], torch.full((n, n), -1)).max(dim=1).values
     out = v[last.clamp(min=0)]
     return torch.where((last >= 0)[:, None], out, torch.full_like(out, _default_value(default)))

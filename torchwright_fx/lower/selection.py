@@ -432,11 +432,12 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
     dims = [(fq * gain, fk) for f in feats for fq, fk in zip(f.q, f.k, strict=True)]
     dims += [(Lin.constant(c), bos_indicator(ctx)) for c in bos_dims]
     if len(dims) > geom.tail:
+        fits = 1 << (len(dims) + attention.ROTARY_DIMS - 1).bit_length()
         raise ctx.error(f"{what} needs {len(dims)} content dims in one head (one per class of "
                         f"equivalent key or query values, plus the <bos> fallback), more than "
                         f"the {geom.tail} of d_head={geom.d_head}",
-                        "compile with a larger d_head (d_head=64 gives 60), or select on "
-                        "streams with fewer distinct values")
+                        f"compile with d_head={fits}, or select on streams with fewer distinct "
+                        "values (map them first with tw.lookup)")
     for ql, _ in dims:  # the tie argument: each query dim is G * (0/1 signals), or G
         assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
             f"{what}: a query feature is not G times whole 0/1 columns: {ql}"

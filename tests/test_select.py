@@ -206,7 +206,7 @@ def test_two_large_equalities_are_refused_naming_the_line():
         prev = tw.shift(tw.code(x), 1)
         return tw.selector_width(tw.select(x, x, "==") & tw.select(prev, prev, "=="))  # HERE
 
-    with pytest.raises(tw.CompileError, match="HERE(.|\n)*d_head=64"):
+    with pytest.raises(tw.CompileError, match="HERE(.|\n)*compile with d_head=128"):
         tw.compile(two, vocab=BIG, max_seq_len=64, output="value").compile()
 
 

@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show-refusals", action="store_true")
     ap.add_argument("--show-invalid", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="counts only")
+    ap.add_argument("--long", action="store_true",
+                    help="max_seq_len from fuzzgen.LONG_SEQ_LENS (128..2048), not 8..32")
     ap.add_argument("--shrink", action="store_true", help="reduce each failing case")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -105,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     classes: collections.Counter[str] = collections.Counter()
     start = time.perf_counter()
     for i in range(args.first, args.first + args.programs):
-        prog, prompts = fuzzgen.random_case(case_seed(args.seed, i), args.opt_rate)
+        prog, prompts = fuzzgen.random_case(
+            case_seed(args.seed, i), args.opt_rate,
+            fuzzgen.LONG_SEQ_LENS if args.long else fuzzgen.SEQ_LENS)
         out = fuzzgen.check(prog, prompts)
         counts[out.status] += 1
         counts["prompts invalid"] += len(out.invalid)

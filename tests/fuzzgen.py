@@ -32,6 +32,7 @@ import torchwright_fx as tw
 
 VOCABS = ("ab01\n", "abc01\n", "abc0123\n", "ab0123456789\n")
 SEQ_LENS = (8, 12, 16, 24, 32)
+LONG_SEQ_LENS = (128, 256, 512, 1024, 2048)  # scripts/fuzz.py --long: where fp32 bounds bind
 CMP_OPS = (">", ">=", "<", "<=", "==", "!=")
 
 
@@ -491,9 +492,10 @@ class _Gen:
         return f"def prog(x):\n{body}\n    return {ret}\n", n
 
 
-def generate_program(d: Any, opt_rate: float = 0.08) -> Program:
+def generate_program(d: Any, opt_rate: float = 0.08,
+                     seq_lens: tuple[int, ...] = SEQ_LENS) -> Program:
     chars = d.pick(VOCABS)
-    max_seq_len = d.pick(SEQ_LENS)
+    max_seq_len = d.pick(seq_lens)
     machine = d.pick(("swiglu", "relu"))
     optimize = 1 if d.chance(opt_rate) else 0
     source, answer_len = _Gen(d, chars, max_seq_len).program()
@@ -594,8 +596,9 @@ def programs(opt_rate: float = 0.08) -> Any:
     return strategy()
 
 
-def random_case(seed: int, opt_rate: float = 0.08) -> tuple[Program, list[str]]:
+def random_case(seed: int, opt_rate: float = 0.08,
+                seq_lens: tuple[int, ...] = SEQ_LENS) -> tuple[Program, list[str]]:
     d = RandomDrawer(seed)
-    prog = generate_program(d, opt_rate)
+    prog = generate_program(d, opt_rate, seq_lens)
     return prog, generate_prompts(d, prog)
 

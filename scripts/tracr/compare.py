@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{tracr.get((name, length), {}).get('layers', '-')}), right "
                   f"{m['right']}/{m['total']}", flush=True)
             mine.append(m)
-    Path(args.out).with_suffix(".json").write_text(json.dumps(mine, indent=1))
+    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
+    (RESULTS_PATH.parent / "ours_results.json").write_text(json.dumps(mine, indent=1))
     text = OUT_TEMPLATE.format(table=table(tracr, mine), samples=args.samples)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
@@ -132,6 +133,18 @@ What the columns compare, plainly:
   on tracr's.
 
 {table}
+
+Depth. Ours are no deeper than tracr's in reverse, shuffle_dyck and shuffle_dyck2 (the last
+two half as deep), and one to four layers deeper in the other twelve. The difference is the
+printing, which tracr's one-pass model does not do: finding the answer step (`tw.steps_since`,
+two attention stages, or a selector width over the printed characters), fetching the element
+being printed (`tw.gather`: one MLP stage for the position square and one head) and writing it
+through a table (one or two MLP stages). The plan, per examples/rasp/README.md: count answer
+steps by token wherever the answer's alphabet differs from the input's; take gather's
+position square from the embedding instead of an MLP; key the printing table by the element
+index; and let `tw.select` take running counts as keys (sort_freq's two-round gather search,
+45 heads, becomes one selection): today keys decoded from positions or counts are refused,
+because their indicator columns are not bit-exact (docs/attention.md).
 """
 
 

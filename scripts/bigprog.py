@@ -100,6 +100,15 @@ class BigProgram:
 # noise-free 0/1 values steer a where or a latch (the compiler asks for 2**-20).
 STEP_NOISE = 4e-6
 CLEAN_AT = 1e-3
+# An MLP step stores f(x) less an affine part of x, and along a run of MLP steps each reading
+# the last (lookup, %, clamp, comparisons) the stored columns' offsets double: past 2**22 the
+# compiled values are wrong though certified (20 links of lookup((a + b) % 10) already are; a
+# lowering bug, reported). A latch, shift or where stores the value itself. A value's run
+# counts its MLP steps since one (a product or an affine map counts more: they scale the
+# offset); at RUN_LIMIT the chain is latched, and an older value that far is not read again.
+RUN_LIMIT = 5
+RUN_COST = {"mul": 4, "affmod": 2}
+RESETS = ("where", "shift", "latch")
 
 
 @dataclass
@@ -108,6 +117,7 @@ class _Var:
     lo: int
     hi: int
     noise: float = 0.0
+    run: int = 0  # MLP steps since the last latch, shift or where (see RUN_LIMIT)
 
     @property
     def bit(self) -> bool:
@@ -127,15 +137,16 @@ class _Gen:
         self.nodes = 0
         self.count = 0
 
-    def new(self, expr: str, lo: int, hi: int, nodes: int, noise: float = 0.0) -> _Var:
-        v = _Var(f"v{self.count}", lo, hi, noise)
+    def new(self, expr: str, lo: int, hi: int, nodes: int, noise: float = 0.0,
+            run: int = 0) -> _Var:
+        v = _Var(f"v{self.count}", lo, hi, noise, run)
         self.count += 1
         self.lines.append(f"    {v.name} = {expr}")
         self.nodes += nodes
         if noise > CLEAN_AT:
             table = {k: k for k in range(lo, hi + 1)}
             v = self.new(f"tw.lookup({v.name}, {table!r}, default=0)", lo, hi, 1,
-                         STEP_NOISE * max(1, hi))
+                         STEP_NOISE * max(1, hi), run + 1)
         return v
 
     def step_noise(self, *inputs: _Var, size: int = 1) -> float:
@@ -157,11 +168,24 @@ class _Gen:
 
     # -- steps: each reads ``a`` (the chain's value) and returns the new value --
     def step(self, a: _Var, other: _Var) -> _Var:
+        # (3 * a - a + 10) % 7 on a torch.where's output compiles wrong (a lowering bug,
+        # reported): a fresh leaf instead of a itself, and of an old value far along its run
+        if other is a or other.run >= RUN_LIMIT:
+            other = self.int_leaf()
+        if a.run >= RUN_LIMIT:
+            form = "latch"
+        else:
+            form = self.rng.choice(("cmp", "cmp2", "lookup", "addmod", "affmod", "where",
+                                    "shift", "latch", "mean", "mul", "clamp", "leafmix"))
+            if form == "mean" and not (a.bit or a.noise <= 1e-6):
+                form = "mul"  # a mean's ramps are steep: only of a clean value
+        v = self.form(form, a, other)
+        v.run = 0 if form in RESETS else 1 if form == "mean" else \
+            max(a.run, other.run) + RUN_COST.get(form, 1)
+        return v
+
+    def form(self, form: str, a: _Var, other: _Var) -> _Var:
         r = self.rng
-        if other is a:  # (3 * a - a + 10) % 7 on a torch.where's output compiles wrong (a
-            other = self.int_leaf()  # lowering bug, reported); a fresh leaf instead
-        form = r.choice(("cmp", "cmp2", "lookup", "addmod", "affmod", "where", "shift", "latch",
-                         "mean", "mul", "clamp", "leafmix"))
         if form == "cmp":
             k = r.randint(a.lo, max(a.lo, a.hi - 1))
             op = r.choice((">", ">=", "<", "<=", "==", "!="))
@@ -197,7 +221,7 @@ class _Gen:
         if form == "latch":
             c = self.gate_of(other)
             return self.new(f"tw.latch({a.name}, {c.name})", a.lo, a.hi, 1, a.noise)
-        if form == "mean" and (a.bit or a.noise <= 1e-6):
+        if form == "mean":
             # a mean of a's history compared with a fraction between its bounds: exact (the
             # compiler puts the ramp between the attainable fractions k/n), but its output is
             # not within 2**-20 of 0/1 (no gate) and its ramp is steep (a has to be clean)
@@ -238,8 +262,9 @@ def generate(n_nodes: int, seed: int = 0, chains: int | None = None) -> BigProgr
         if new.bit and rng.random() < 0.5:  # keep the chain on small integers, mostly
             k, last = rng.randint(2, 9), own[-1]
             noise = k * new.noise + 5 * last.noise + STEP_NOISE * 2
-            new = g.new(f"{new.name} * {k} + {last.name} % 2", 0, k + 1, 3, noise)
-            new = g.new(f"{new.name} % 10", 0, 9, 1, 5 * new.noise + STEP_NOISE * 10)
+            run = max(new.run, last.run) + 1
+            new = g.new(f"{new.name} * {k} + {last.name} % 2", 0, k + 1, 3, noise, run)
+            new = g.new(f"{new.name} % 10", 0, 9, 1, 5 * new.noise + STEP_NOISE * 10, run + 1)
         own.append(new)
         if len(own) > 4:
             del own[0]

@@ -14,7 +14,9 @@ chain, so dead-code elimination keeps (nearly) all of them; the chains' last val
 into three digits that ``tw.emit`` prints after the newline.
 
 Every value's interval is tracked, so each lookup covers what can occur and every step is one
-the compiler certifies: the program compiles, and ``generate()`` equals ``reference()``. The
+the compiler certifies: the program compiles, and ``generate()`` equals ``reference()``
+(noisy values are re-read through a lookup, and a chain is latched every few MLP steps: see
+RUN_LIMIT for the compiler bug this keeps clear of). The
 depth grows with ``n_nodes / chains`` and the width with ``chains``; no ``tw.position`` (its
 decoder is one MLP lane per position) and a short ``max_seq_len`` (32), so that the compile
 measures the compiler's own scaling rather than one op's table.

@@ -38,7 +38,7 @@ def test_1k_node_program_compiles_and_is_right() -> None:
 
 @pytest.mark.slow
 def test_10k_node_program_compiles_and_is_right() -> None:
-    check(10000, prompts=3)  # 478 M parameters: about 5 s a prompt
+    check(10000, prompts=3)  # about 490 M parameters: seconds a prompt
 
 
 @pytest.mark.slow

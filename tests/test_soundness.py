@@ -4,6 +4,7 @@ actionable message (never silently wrong). Facts rules are checked per construct
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 import torch
@@ -226,3 +227,61 @@ def test_residues_of_an_offset_lattice_are_exact(op):
     c = tw.compile(prog, vocab=V, max_seq_len=4)
     for p in ["0", "1", "27", "999"]:
         assert c.generate(p) == c.reference(p), p
+
+
+# -- stored offsets along a run of MLP steps (found by scripts/bigprog.py) ------------------------
+def _chain(n: int):
+    def chain(x):
+        a = tw.lookup(x, {str(d): d for d in range(10)}, default=0)
+        for _ in range(n):
+            a = tw.lookup((a + tw.is_token(x, "a")) % 10, {k: k for k in range(10)}, default=0)
+        return tw.lookup((a < 1).float(), {0: "0", 1: "1"}, default="0")
+
+    chain.__name__ = f"chain{n}"
+    return chain
+
+
+@pytest.mark.parametrize("n", [20, 40])
+def test_a_long_run_of_mlp_steps_stays_exact(n):
+    """Each lookup stored its value plus a constant its readers subtracted, and the constant
+    doubled along the chain: at 20 links the stored column was 4.7e6 (fp32 resolves halves
+    there), certified and wrong on 40 of 40 prompts. Large constants now go into the column,
+    and a column read from far larger stored signals carries the rounding as noise."""
+    program = tw.compile(_chain(n), vocab=tw.Vocab("0123456789a"), max_seq_len=16).compile()
+    largest = max(s.range.magnitude for s in program.build.program.signals.values())
+    assert largest < 2 ** 16
+    rng = random.Random(n)
+    for _ in range(40):
+        p = "".join(rng.choice("0123456789a") for _ in range(rng.randint(1, 14)))
+        ids = program._prompt_ids(p)
+        assert program.logits(ids).argmax(-1).tolist() == \
+            [int(v) for v in program.traced.run(ids).tolist()], p
+
+
+def test_reading_error_of_a_column_with_large_stored_signals():
+    from torchwright_fx.ir.linear import Lin
+    from torchwright_fx.ir.ranges import Interval
+    from torchwright_fx.ops.ffn import lin_rounding
+
+    big = {0: Interval(0, 2.0 ** 23, True), 1: Interval(0, 9, True)}
+    assert lin_rounding(Lin.of(1) + 3.0, big.__getitem__) == 0.0  # small and whole: exact
+    x = Lin.of(0) - 2.0 ** 23  # stored 2**23 + v, read back as v
+    assert lin_rounding(x, big.__getitem__) > 0.5
+
+
+@pytest.mark.parametrize("expr", ["(3 * a - a + 10) % 7", "torch.floor((3 * a - a + 10) / 7)"])
+def test_floor_of_a_sum_divided_by_seven(expr):
+    """Was certified and wrong at a = 2 and 9 (x = 14, 28): x / 7 multiplied the constant by
+    1/7, one ulp off 10/7, so the lattice read an offset of 2/7 and the steps moved one
+    point (found by scripts/bigprog.py)."""
+    def f(x):
+        d = tw.lookup(x, {str(k): k for k in range(10)}, default=0)
+        a = torch.where(tw.is_token(x, "a").bool(), 5.0, d)  # noqa: F841 (read by eval)
+        v = eval(expr)
+        return tw.lookup(v, {k: str(k % 10) for k in range(-20, 40)}, default="0")
+
+    program = tw.compile(f, vocab=tw.Vocab("0123456789a"), max_seq_len=8).compile()
+    for ch in "0123456789a":
+        ids = program._prompt_ids(ch)
+        assert program.logits(ids).argmax(-1).tolist() == \
+            [int(v) for v in program.traced.run(ids).tolist()], ch

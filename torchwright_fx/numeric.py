@@ -418,7 +418,7 @@ def _lower_number_to_digits(ctx: LowerCtx, v: Stream, n_digits: int, base: int =
                         "tw.claim(v, 0, hi, integral=True)")
     wraps = r.hi >= base ** n_digits  # the top digit needs its own modulus
     powers = [float(base ** k) for k in range(n_digits + (1 if wraps else 0))]
-    scaled = Stream([v.cols[0] * (1.0 / p) for p in powers], [r.divided(p) for p in powers])
+    scaled = Stream([v.cols[0].divided(p) for p in powers], [r.divided(p) for p in powers])
     floors = table.rounded(ctx, scaled, "floor")  # f_k = floor(v / base**k)
     digits, ranges = [], []
     for k in range(n_digits):

@@ -53,6 +53,13 @@ class Lin:
 
     __rmul__ = __mul__
 
+    def divided(self, k: float) -> Lin:
+        """self / k with each coefficient divided (correctly rounded), not multiplied by
+        1/k: 10 * (1/7) is one ulp off 10/7, and the facts read the coefficients as the
+        short rationals their doubles round (ir/ranges.read_float)."""
+        k = float(k)
+        return Lin({s: c / k for s, c in self.terms.items()}, self.const / k)
+
     @property
     def is_const(self) -> bool:
         return not self.terms

@@ -455,7 +455,7 @@ def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> 
 
 def _divided(x: Stream, ks: list[float]) -> Stream:
     """x / k for constants k (``Interval.divided``: one correctly rounded division)."""
-    return Stream([c * (1.0 / k) for c, k in zip(x.cols, ks, strict=True)],
+    return Stream([c.divided(k) for c, k in zip(x.cols, ks, strict=True)],
                   [r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool)
 
 

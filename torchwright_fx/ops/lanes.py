@@ -16,6 +16,11 @@ from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops.numerics import SILU_SCALE
 
 
+# A bank's constant up to this size stays in its readers' affine forms (free); beyond it, it is
+# written into the column by a constant lane (SiLU(S)/S is exactly 1).
+READER_CONSTANT_LIMIT = 1024.0
+
+
 class Bank:
     def __init__(self, machine: MachineKind, n_outputs: int):
         self.machine = machine
@@ -56,6 +61,13 @@ class Bank:
             if not weights:
                 result.append(Lin.constant(self.consts[o]))
                 continue
+            if abs(self.consts[o]) > READER_CONSTANT_LIMIT:
+                # a large constant goes into the column (a constant lane, shared per layer):
+                # left to the readers, it would make the stored signal as large, and a run of
+                # MLP steps each reading the last doubles it until fp32 loses the value
+                self.hinge(o, Lin.constant(1.0), self.consts[o])
+                weights = {lane: w for lane, w in self.outs[o].items() if w != 0.0}
+                self.consts[o] = 0.0
             # The signal holds the lane sum; the constant part stays in the affine form.
             rng = ranges[o].shift(-self.consts[o])
             sid = prog.new_signal(pid, rng, f"{name}[{o}]", source)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -29,9 +31,9 @@ SEED_CASES = ["999+1\n", "999+999\n", "5-3\n", "100-100\n", "1-5\n", "100-999\n"
               "13*39\n", "123*456\n", "100*100\n", "0*55\n", "999*999\n", "012*034\n"]
 
 _PROMPT = re.compile(r"(\d+)([-+*])(\d+)\n")
-# Comparisons on values up to ~10**N (A < B, |A - B| >= 10**k) must stay exact in fp32: the
-# compiled ramps lose exactness around 4 * 10**6 (see the report's compiler notes).
-MAX_N = 6
+# The calculators work digit by digit (no compared value grows like 10**N), so the limit is one
+# of size, not of fp32: 16 digits (answers of up to 32).
+MAX_N = 16
 
 
 def check_digits(n: int) -> None:
@@ -55,6 +57,10 @@ def edge_cases(n: int) -> list[str]:
     cases += [f"{'0' * n}{op}{'0' * n}\n" for op in OPS]
     cases += [f"{one}-{big}\n", f"{big}-{one}\n", f"0-{big}\n", f"{big}*{one}\n",
               f"{one}+{big}\n", "0+0\n", "0-0\n", "0*0\n", "9*9\n", "1-9\n"]
+    if n > 1:  # borrows across every digit, both signs; equal and nearly equal operands
+        ten = "1" + "0" * (n - 1)
+        cases += [f"{ten}-1\n", f"1-{ten}\n", f"{ten}-{big[1:]}\n", f"{big[1:]}-{ten}\n",
+                  f"{big}-{big}\n", f"{big[:-1]}8-{big}\n", f"{ten}*{ten}\n"]
     return list(dict.fromkeys(cases))
 
 
@@ -100,77 +106,82 @@ def sample(rng: random.Random, n: int) -> str:
 
 # -- the program side -----------------------------------------------------------------------------
 class Operands:
-    """The prompt as read at the newline.
+    """The prompt as read at the newline, digit by digit (no number above 9 is formed).
 
     ``a[op]`` and ``b[op]`` are the digits of A and B, least significant first, for the
-    operator ``op``: all zero when the prompt has another operator. Splitting by operator
-    costs a few lanes (one gated lane per digit, operator position and operator) and lets a
-    calculator write each operation as if it were the only one, then add the results.
-    ``is_op[op]`` is 1 when the prompt's operator is ``op``; ``negative`` is 1 when the
-    operator is ``-`` and A < B.
+    operator ``op``: zero when the prompt has another operator, except ``a["*"]``, which is A
+    whatever the operator (products with ``b["*"]`` are zero all the same, and are ready a
+    layer earlier). Splitting by operator lets a calculator write each operation as if it
+    were the only one, then add the results. ``is_op[op]`` is 1 when the prompt's operator
+    is ``op``.
+
+    How they are read: the digit (and an operator flag) i + 1 places back, for i < N, serves
+    both operands (``places_back``). At the operator it reads A's digit i (past the start,
+    the ``<bos>`` row reads as digit 0), which the newline latches; at the newline it reads
+    B's digit j, kept (by one hinge per digit and operator) when no operator lies between.
+    For N <= 7, B is ready after 1 layer and A after the second layer's attention; from
+    N = 8, one layer later (``two_level`` chooses). ``back[i]`` is [digit, operator flag]
+    i + 1 places back.
     """
 
-    def __init__(self, x: torch.Tensor, n: int):
-        newline = tw.is_token(x, "\n")
-        digit = tw.lookup(x, {str(d): d for d in range(10)})  # free: a per-token table
-        ops = [tw.is_token(x, o) for o in OPS]
-        # One head per distance: everything the newline needs is at most 2N+1 tokens back.
-        # (The newline flag rides along: the printer reuses these heads.)
-        back = [torch.cat([digit, *ops, newline], -1)]
-        back += [tw.shift(back[0], s) for s in range(1, 2 * n + 2)]
-        self.back = back
+    def __init__(self, x: torch.Tensor, n: int, two_level: bool | None = None):
         self.n = n
+        self.newline = tw.is_token(x, "\n")
+        self.digit = digit = tw.lookup(x, {str(d): d for d in range(10)})  # free: a token table
+        flags = torch.cat([tw.is_token(x, o) for o in OPS], -1)
+        any_op = tw.is_token(x, list(OPS))
+        # The latest operator's flags: the prompt's operator at the newline and during the
+        # answer (until the answer prints its own '-').
+        latest = tw.latch(flags, any_op)
+        self.is_op = {op: latest[:, i:i + 1] for i, op in enumerate(OPS)}
 
-        # The digit s places before the newline (0 if none), s = 0..2N+1, as one stream.
-        ds = torch.cat([v[:, 0:1] for v in back], -1)
+        self.back = back = places_back(torch.cat([digit, any_op], -1), n, two_level=two_level)
+        a = tw.latch(torch.cat([v[:, 0:1] for v in back], -1), any_op)
+        seen = itertools.accumulate(v[:, 1:2] for v in back)  # operators 1..j+1 places back
+        self.a: dict[str, list[torch.Tensor]] = {"*": [a[:, i:i + 1] for i in range(n)]}
+        self.b: dict[str, list[torch.Tensor]] = {op: [] for op in OPS}
+        for j, op_seen in enumerate(seen):
+            for op in OPS:
+                self.b[op].append(torch.relu(back[j][:, 0:1] - 10 * op_seen
+                                             - 10 * (1 - self.is_op[op])))
+        for op in "+-":
+            self.a[op] = [torch.relu(v - 10 * (1 - self.is_op[op])) for v in self.a["*"]]
+        self._after: list[torch.Tensor] = []
 
-        def op_at(op: str, p: int) -> torch.Tensor:  # 1 if `op` is p places before the newline
-            return back[p][:, 1 + OPS.index(op):2 + OPS.index(op)].bool()
+    def after_newline(self, j: int) -> torch.Tensor:
+        """1 at the position j steps after the newline (and 0 at the others). Built by doubling:
+        a vector of the newline flag at distances 0..2**b - 1 is itself shifted by 2**b, so
+        distances up to 2**b cost b heads (one per layer, in the layers the calculators have
+        anyway) instead of one head per distance."""
+        while len(self._after) <= j:
+            if not self._after:
+                self._after = [self.newline]
+            else:
+                block = torch.cat(self._after, -1)
+                moved = tw.shift(block, len(self._after))
+                self._after += [moved[:, i:i + 1] for i in range(len(self._after))]
+        return self._after[j]
 
-        def spread(width: int) -> torch.Tensor:  # places `width` digits into N columns
-            return torch.eye(width, n)
 
-        # B has 1..N digits, so the operator sits p = 2..N+1 places before the newline. Then
-        # B's digits are 1..p-1 places back and A's digit i is p+1+i places back (past the
-        # start, the <bos> row reads as digit 0). Each digit is one gated lane per p.
-        places = range(2, n + 2)
-        self.a: dict[str, list[torch.Tensor]] = {}
-        self.b: dict[str, list[torch.Tensor]] = {}
-        for op in OPS:
-            a = total(torch.where(op_at(op, p), ds[:, p + 1:p + 1 + n], 0.0) for p in places)
-            b = total(torch.where(op_at(op, p), ds[:, 1:p] @ spread(p - 1), 0.0) for p in places)
-            if op in "+*":
-                # The answer never contains '+' or '*', so at every position at most one term
-                # above is non-zero for those two: declaring their digits 0..9 keeps the
-                # compiler's ranges (and so lookup sizes) tight. Not for '-': the answer's
-                # sign is a second '-'.
-                a, b = tw.claim(a, 0, 9, integral=True), tw.claim(b, 0, 9, integral=True)
-            self.a[op] = [a[:, i:i + 1] for i in range(n)]
-            self.b[op] = [b[:, j:j + 1] for j in range(n)]
-        self.is_op = {op: torch.cat([op_at(op, p).float() for p in places], -1).sum(-1, True)
-                      for op in OPS}
-
-        # A < B for a subtraction, decided in the same layer as the digits: one comparison per
-        # operator position p (B - A as read for that p), pushed below its threshold unless
-        # the '-' is there.
-        b_minus_a = torch.zeros(2 * n + 2, n)
-        for col, p in enumerate(places):
-            for j in range(p - 1):
-                b_minus_a[j + 1, col] += 10 ** j
-            for i in range(n):
-                b_minus_a[p + 1 + i, col] -= 10 ** i
-        minus_at = torch.cat([op_at("-", p).float() for p in places], -1)
-        self.negative = ((ds @ b_minus_a - 10 ** n * (1 - minus_at)) >= 1).float().sum(-1, True)
+def places_back(v: torch.Tensor, n: int, w: int = 2, two_level: bool | None = None
+                ) -> list[torch.Tensor]:
+    """``v`` (``w`` columns) 1, 2, ..., n places back. Up to 7 places, one head each, in one
+    layer. From 8, in two layers: 1..b places back (b heads, b ~ sqrt(n)), then that block
+    b, 2b, ... places further back (one head each): 7 heads instead of 16 at n = 16. Every
+    layer of the model has as many heads as its busiest one, so this saves ~(n - 2 sqrt(n))
+    heads in each.
+    ``two_level`` forces one way or the other."""
+    if not (n >= 8 if two_level is None else two_level):
+        return [tw.shift(v, 1 + i) for i in range(n)]
+    b = math.isqrt(n - 1) + 1  # b * b >= n
+    block = torch.cat([tw.shift(v, 1 + r) for r in range(b)], -1)
+    blocks = [block] + [tw.shift(block, b * q) for q in range(1, -(-n // b))]
+    return [blocks[i // b][:, (i % b) * w:(i % b + 1) * w] for i in range(n)]
 
 
 def total(values: Iterable[torch.Tensor]) -> torch.Tensor:
     """The sum of a non-empty sequence of streams."""
     return functools.reduce(operator.add, values)
-
-
-def number(digits: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The value of a digit list (least significant first): a free linear map."""
-    return sum(dg * 10 ** k for k, dg in enumerate(digits))
 
 
 def print_answer(x: torch.Tensor, operands: Operands, digits: Sequence[torch.Tensor],
@@ -181,35 +192,84 @@ def print_answer(x: torch.Tensor, operands: Operands, digits: Sequence[torch.Ten
     ``neg_digits`` if given).
 
     ``lengths[(l, neg)]`` is a 0/1 stream at the newline, 1 exactly when the answer has l
-    significant digits and that sign (one of them is 1). Each is one case of the answer; the
-    answer's j-th token is, case by case, a fixed digit or '-'.
+    significant digits and that sign (one of them is 1). The newline holds ``last``, the
+    index of the answer's last token (``l - 1``, plus 1 for the '-'), the sign and the
+    digits; the digits above the top one are 0, so the '-' can be written as the digit just
+    above it (a flag per place adds ``'-' - '0'`` to that place's code).
 
-    Printing works like ``tw.emit`` with the case choice folded into its gate: the digits and
-    the case flags are latched from the newline, and at the position j steps after it the
-    output is ``<eos>`` plus, for each case, ``relu(code - <eos> - 20 * (2 - at_j - case))``:
-    the token's code when both flags are 1 and exactly 0 otherwise. One lane per (case,
-    token), all in the layer right after the digits are known.
+    At the position j steps after the newline the answer's token j is the place
+    ``k = last - j`` (counted from the units): 2 layers after the latch, whatever N. The
+    first takes one comparison per place, ``last - j == k`` (j is a linear map of the
+    flags "j steps after the newline", so 0 outside the answer, where a large offset
+    switches every comparison off), and picks the sign's digits; the second multiplies
+    each place's flag by its code. The output is ``<eos>`` plus the sum: ``<eos>`` past the
+    answer. (A table of one term per (length, token), as before, would be one layer but
+    ~2.5 N**2 residual columns, d_model 1024 at N = 16.)
     """
     newline = tw.is_token(x, "\n")
     cases = list(lengths)
-    neg_digits = [] if neg_digits is None else list(neg_digits)
-    held = tw.latch(torch.cat([*[lengths[c] for c in cases], *digits, *neg_digits], -1),
-                    newline)
-    flag = {c: held[:, i:i + 1] for i, c in enumerate(cases)}
-    dig = [held[:, len(cases) + k:len(cases) + k + 1] for k in range(len(digits))]
-    neg_dig = [held[:, len(cases) + len(dig) + k:len(cases) + len(dig) + k + 1]
-               for k in range(len(neg_digits))] or dig
-    back = operands.back
+    neg_digits = list(digits) if neg_digits is None else list(neg_digits)
+    m, m_neg = len(digits), len(neg_digits)
+    most = max(length - 1 + neg for length, neg in cases)  # the largest `last`
+    last = total((length - 1 + neg) * lengths[(length, neg)] for length, neg in cases)
+    negative = total(lengths[c] for c in cases if c[1])
+    sign_at = [lengths.get((k, True), torch.zeros_like(newline)) for k in range(1, m_neg + 1)]
+    held = tw.latch(torch.cat([last, negative, *sign_at, *digits, *neg_digits], -1), newline)
+    # What the newline (or <bos>) holds, claimed: the compiler's own intervals for the
+    # digits (sums of their terms' extremes) grow with N, and so would the output's.
+    last = tw.claim(held[:, 0:1], 0, most, integral=True)
+    flags = tw.claim(held[:, 1:2 + m_neg], 0, 1, integral=True)
+    negative, sign_at = flags[:, 0:1], [flags[:, 1 + k:2 + k] for k in range(m_neg)]
+    dig = tw.claim(held[:, 2 + m_neg:], 0, 9, integral=True)
+    pos_dig = [dig[:, k:k + 1] for k in range(m)]
+    neg_dig = [dig[:, m + k:m + k + 1] for k in range(m_neg)]
     eos, zero, minus = tw.token("<eos>"), tw.token("0"), tw.token("-")
 
-    def at(j: int) -> torch.Tensor:  # 1 at the position j steps after the newline
-        return back[j][:, 4:5]  # (answers have at most 2N + 1 tokens: within reach)
-
+    at = [operands.after_newline(j) for j in range(most + 1)]
+    j_now = sum(j * a for j, a in enumerate(at))  # j at the answer's positions, else 0
+    inside = sum(at)  # 1 at the answer's positions
+    place = last - j_now + (2 * most + 2) * (1 - inside)  # k, or > most outside the answer
     out = torch.zeros_like(newline) + eos
-    for (length, neg) in cases:
-        text = (["-"] + [neg_dig[k] for k in reversed(range(length))] if neg
-                else [dig[k] for k in reversed(range(length))])
-        for j, tok in enumerate(text):
-            code = minus - eos if isinstance(tok, str) else tok + (zero - eos)
-            out = out + torch.relu(code - 20.0 * (2.0 - at(j) - flag[(length, neg)]))
+    for k in range(max(m, m_neg + 1)):
+        code = pos_dig[k] if k < m else torch.zeros_like(newline)
+        if k < m_neg:  # the sign's digits: one product per place, beside the comparisons
+            code = code + negative * (neg_dig[k] - code)
+        if 1 <= k <= m_neg:
+            code = code + (minus - zero) * sign_at[k - 1]
+        out = out + (place == k).float() * (code + (zero - eos))
     return out
+
+
+def print_result(x: torch.Tensor, operands: Operands, digits: Sequence[Any],
+                 lead: Sequence[Any], up_digits: Sequence[Any], down_digits: Sequence[Any],
+                 a_ge_b: Any) -> torch.Tensor:
+    """The answer of a calculator that computed, at the newline:
+
+    - ``digits``: the 2N digits of the '+' or '*' result (all 0 for '-'), and ``lead[k]``:
+      1 when that result is >= 10**k (``lead[0]`` is 1 unless the operator is '-');
+    - for '-', the digits of ``A + (10**N - 1 - B) + 1`` (``up_digits``) and of
+      ``B + (10**N - 1 - A) + 1`` (``down_digits``), the ten's complements of A - B and
+      B - A, and ``a_ge_b``, the carry out of the first's top column: 1 exactly when A >= B
+      (0 for the other operators). Then A - B's digits are ``up_digits``, else B - A's are
+      ``down_digits``.
+
+    For '-', |A - B| >= 10**k iff a digit at or above k of the one that holds it is non-zero:
+    one comparison of a sum of at most 9N digits, switched off by the sign.
+    """
+    n, m = len(up_digits), len(digits)
+    is_sub = operands.is_op["-"]
+    off = 9 * n + 1
+    pos_lead = [a_ge_b] + [(sum(up_digits[k:]) - off * (1 - a_ge_b) >= 1).float()
+                           for k in range(1, n)]
+    neg_lead = [is_sub - a_ge_b] + [(sum(down_digits[k:]) - off * a_ge_b >= 1).float()
+                                    for k in range(1, n)]
+    lengths: dict[tuple[int, bool], torch.Tensor] = {}
+    for length in range(1, m + 1):
+        is_len = lead[length - 1] - (lead[length] if length < m else 0)
+        if length <= n:
+            is_len = is_len + pos_lead[length - 1] - (pos_lead[length] if length < n else 0)
+            lengths[(length, True)] = neg_lead[length - 1] - (
+                neg_lead[length] if length < n else 0)
+        lengths[(length, False)] = is_len
+    answer = [digits[k] + (up_digits[k] if k < n else 0) for k in range(m)]
+    return print_answer(x, operands, answer, lengths, down_digits)

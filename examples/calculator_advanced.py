@@ -1,16 +1,18 @@
-"""calculator_advanced: the same I/O as ``calculator_simple`` (``12*34\\n`` -> ``408``), at
-logarithmic depth.
+"""calculator_advanced: the same I/O as ``calculator_simple`` (``12*34\\n`` -> ``408``,
+N = 1..16 digits), at logarithmic depth.
 
 The operation is written as a row of decimal columns, as in the simple calculator, but the
 carries are not folded one column at a time:
 
 - ``*``: carry-save (Wallace-style) reduction. A column holds the sum of up to N digit
-  products (up to 81 N). Every round splits *every* column at once into its last digit and
-  the rest, and moves the rest one column left: ``x_k <- x_k % 10 + x_{k-1} // 10``. The
-  bound shrinks about tenfold per round (243 -> 33 -> 12 for N = 3), so after ~log10(81 N)
-  rounds every column is at most 18: two rows of digits, carries of 0 or 1.
-- ``+``, and ``-`` as the ten's complement addition ``big + (99..9 - small) + 1``, start
-  there (both ``A - B`` and ``B - A`` are computed; the sign picks one when printing).
+  products (up to 81 N). Every round splits *every* column at once and moves the parts
+  left, ``x_k <- x_k % 10 + x_{k-1} // 10`` (or, when those tables would be wide, by 100
+  then by 10 in two layers: see ``carry_save``), until every column is at most 18: two
+  rows of digits, carries of 0 or 1 (1296 -> 30 -> 12 for N = 16).
+- ``+`` shares that row. ``-`` computes both ten's complement sums, ``A + (99..9 - B) + 1``
+  and ``B + (99..9 - A) + 1``, each with its own short lookahead: the first's carry out of
+  its top column is 1 exactly when A >= B (the sign), and then it holds A - B, otherwise
+  the second holds B - A.
 - Carry-lookahead as a prefix scan over (generate, propagate) pairs. The first level reads
   the columns of a window of up to WINDOW at once: the window generates a carry iff its
   value (plus the carry into it) is >= 10**len, and propagates iff its value is 99...9; one
@@ -19,15 +21,15 @@ carries are not folded one column at a time:
   generates iff sum v_i 2**i >= 2**n. Both bounds keep every compared value an exact fp32
   integer with room to spare.
 
-Depth: 1 layer reads the operands, 1 forms the columns, the reduction rounds (~log10 81N: 1
-for N = 1, 2 for N = 2..6), the scan levels (1 + log_FAN_IN of (2N-1)/WINDOW: 1 for N <= 3,
-2 for N = 4..6), 1 prints: 5, 6, 6, 7, 7, 7 layers for N = 1..6, against the simple
-calculator's 4, 6, 8, 10, 12, 14. N is at most 6 (fp32 keeps every compared value exact).
+Depth: 2 layers read the operands (3 from N = 8), the products take 1, the reduction rounds
+~log10(81 N) layers, the scan levels 1 + log_FAN_IN((2N-1)/WINDOW) (2 up to N = 16), 2 print:
+6, 7, 8, 8, 8, 8, 9 layers for N = 1..7 and 10 for N = 8..16, against the simple
+calculator's 5, 7, 9, 11, 13, 15, 17 and 36 at N = 16.
 
 report() for N=3 (default); the seed's build was 36 (26 with CP-SAT) layers at d=1024, 160M
 parameters:
-  calculator_advanced: 6 layers (critical-path bound 6), d_model=128 (peak live width 90),
-  d_head=32, 8 heads/layer (13 used), 216 lanes/layer, 1,290,112 parameters (99.5% zeros)
+  calculator_advanced: 8 layers (critical-path bound 8), d_model=128 (peak live width 76),
+  d_head=32, 6 heads/layer (10 used), 161 lanes/layer, 1,287,552 parameters (99.8% zeros)
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from examples import _calc
 from examples._calc import VOCAB, oracle
 
 N = 3
-WINDOW = 5  # columns per first-level window: values up to 2 * 10**5
-FAN_IN = 8  # groups per later level: scores up to 2**9
+WINDOW = 3  # columns per first-level window: values up to 4 * 10**3 (see CALC_FINDINGS.md)
+FAN_IN = 11  # groups per later level: scores up to 2**12 (3 * 11 = 33 >= 2N - 1 to N = 16)
 DEMOS = ["12*34\n", "999*999\n", "1-5\n", "100-999\n", "999+1\n", "012*034\n"]
 EDGE_CASES = _calc.edge_cases(N)
 
@@ -57,23 +59,42 @@ def sample(rng: random.Random, n: int = N) -> str:
     return _calc.sample(rng, n)
 
 
-def carry_save(cols: list[Any], bounds: list[int]) -> list[Any]:
-    """Columns (each at most ``bounds[k]``) -> the same number as columns of at most 18."""
+def carry_save(cols: list[Any], bounds: list[int], keep: Any) -> list[Any]:
+    """Columns (each at most ``bounds[k]``) -> the same number as columns of at most 18.
+
+    A round splits every column at once and moves the parts left: ``x_k <- x_k % 10 +
+    x_{k-1} // 10``, one table per column. While those tables would cost more than ~600
+    lanes (one per ten of a column's range: N >= 7), a round takes two layers instead:
+    ``q = x // 100``, then ``t = r // 10`` on the remainder ``r = x - 100 q`` (0..99), and
+    ``x_k <- r_k - 10 t_k + t_{k-1} + q_{k-2}`` (at most 9 + 9 + bound/100): ~10x fewer
+    lanes, and the same depth (1296 -> 30 -> 12 for N = 16, against 1296 -> 138 -> 22 -> 11).
+
+    Beside its tables, a round copies its columns (``torch.where(keep, x, 0)``, 2 lanes each;
+    ``keep`` is 1 wherever the columns are non-zero) and takes the remainders from the
+    copies. A linear form is free but keeps every column it reads alive (the N**2 products
+    until the last round), and its columns may hold large offsets that the lookahead, which
+    multiplies its inputs by up to 10**3, would amplify past fp32's resolution (see
+    CALC_FINDINGS.md). Each round's columns are claimed within their bounds: the compiler's
+    own intervals, sums of the terms' extremes, would grow round by round."""
     while max(bounds) > 18:
-        new_bounds = [min(b, 9) + (bounds[k - 1] // 10 if k else 0) for k, b in enumerate(bounds)]
-        last = max(new_bounds) <= 18
-        rest = [tw.lookup(c, {v: v // 10 for v in range(b + 1)}) if b >= 10 else 0
-                for c, b in zip(cols, bounds, strict=True)]
-        if last:
-            # The last round reads the digits from a table too (the inputs are small by now):
-            # that also drops the SwiGLU products' fp32 noise (~1e-5), which the lookahead
-            # would multiply by up to 10**4.
-            digit = [tw.lookup(c, {v: v % 10 for v in range(b + 1)}) if b >= 10 else c
-                     for c, b in zip(cols, bounds, strict=True)]
+        held = [torch.where(keep, c, 0.0) for c in cols]
+        if sum(b // 10 for b in bounds) > 300:
+            q = [tw.lookup(c, {v: v // 100 for v in range(b + 1)}) if b >= 100 else 0
+                 for c, b in zip(cols, bounds, strict=True)]
+            r = [h - 100 * qq for h, qq in zip(held, q, strict=True)]
+            t = [tw.lookup(rr, {v: v // 10 for v in range(min(b, 99) + 1)}) if b >= 10 else 0
+                 for rr, b in zip(r, bounds, strict=True)]
+            cols = [r[k] - 10 * t[k] + (t[k - 1] if k else 0) + (q[k - 2] if k > 1 else 0)
+                    for k in range(len(cols))]
+            bounds = [min(b, 9) + (min(bounds[k - 1], 99) // 10 if k else 0)
+                      + (bounds[k - 2] // 100 if k > 1 else 0) for k, b in enumerate(bounds)]
         else:
-            digit = [c - 10 * r for c, r in zip(cols, rest, strict=True)]
-        cols = [dg + (rest[k - 1] if k else 0) for k, dg in enumerate(digit)]
-        bounds = new_bounds
+            rest = [tw.lookup(c, {v: v // 10 for v in range(b + 1)}) if b >= 10 else 0
+                    for c, b in zip(cols, bounds, strict=True)]
+            cols = [h - 10 * r + (rest[k - 1] if k else 0)
+                    for k, (h, r) in enumerate(zip(held, rest, strict=True))]
+            bounds = [min(b, 9) + (bounds[k - 1] // 10 if k else 0) for k, b in enumerate(bounds)]
+        cols = [tw.claim(c, 0, b, integral=True) for c, b in zip(cols, bounds, strict=True)]
     return cols
 
 
@@ -152,48 +173,34 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
 
     def calculator_advanced(x: torch.Tensor) -> torch.Tensor:
         ops = _calc.Operands(x, n)
-        a, b, neg = ops.a, ops.b, ops.negative
+        a, b = ops.a, ops.b
         is_sub = ops.is_op["-"]
 
         # '*': digit products, then carry-save rounds down to <= 18 per column.
         mul = [sum(a["*"][i] * b["*"][k - i] for i in range(n) if 0 <= k - i < n)
                for k in range(m)]
         mul = carry_save(mul, [81 * sum(1 for i in range(n) if 0 <= k - i < n)
-                               for k in range(m)])
-        # The other operations' rows are zero, so one row holds whichever the prompt asks for;
-        # '-' here is A + (99..9 - B) + 1, the ten's complement of A - B.
+                               for k in range(m)], ops.is_op["*"].bool())
+        # '+' shares the row (the other operation's digits are zero).
         add = [a["+"][k] + b["+"][k] if k < n else 0 for k in range(m)]
-        cols = [mul[k] + add[k] + (9 * is_sub + a["-"][k] - b["-"][k] if k < n else 0)
-                for k in range(m)]
-        # For + and *, the result is >= 10**k iff a column at or above k is non-zero or a
-        # carry reaches column k: the lookahead decides it with carry[k]. Off for -.
-        upper = [sum(mul[j] + add[j] for j in range(k, m)) for k in range(m)]
-        carry, lead = lookahead(cols, is_sub, upper, is_sub)
+        cols = [mul[k] + add[k] for k in range(m)]
+        # The result is >= 10**k iff a column at or above k is non-zero or a carry reaches
+        # column k: the lookahead decides it with carry[k]. (All 0 for '-'.)
+        upper = [sum(cols[j] for j in range(k, m)) for k in range(m)]
+        carry, lead = lookahead(cols, 0, upper)
         digits = [cols[k] + carry[k] - 10 * carry[k + 1] for k in range(m - 1)]
         digits.append(cols[m - 1] + carry[m - 1])  # the carry out of the top is dropped
 
-        # B - A, for when A < B: its own short lookahead (n digits), no product with the sign.
-        swapped = [9 * is_sub + b["-"][k] - a["-"][k] for k in range(n)] + [0]
-        carry2, _ = lookahead(swapped, is_sub)
-        neg_digits = [swapped[k] + carry2[k] - 10 * carry2[k + 1] for k in range(n)]
-
-        # The lengths of |A - B| come from the operands (a linear map of the digits).
-        # |A - B| < 10**n; the claim keeps the range that tight (the digit streams' own ranges
-        # would allow more), so the width tests stay within fp32's exact range up to n = 6.
-        top = 10 ** n - 1
-        diff = tw.claim(_calc.number(a["-"]) - _calc.number(b["-"]), -top, top, integral=True)
-        sub_lead = [is_sub] + [((diff >= 10 ** k).float() + (-diff >= 10 ** k).float())
-                               for k in range(1, n)]
-        lead = [1 - is_sub] + lead[1:]
-        lengths: dict[tuple[int, bool], torch.Tensor] = {}
-        for length in range(1, m + 1):
-            is_len = lead[length - 1] - (lead[length] if length < m else 0)
-            if length <= n:
-                sub_len = sub_lead[length - 1] - (sub_lead[length] if length < n else 0)
-                lengths[(length, True)] = neg * sub_len
-                is_len = is_len + sub_len - lengths[(length, True)]
-            lengths[(length, False)] = is_len
-        return _calc.print_answer(x, ops, digits, lengths, neg_digits)
+        # '-': A + (99..9 - B) + 1 and B + (99..9 - A) + 1, each with its own short lookahead
+        # (N columns, plus one for the carry out of the top: 1 iff A >= B).
+        up = [9 * is_sub + a["-"][k] - b["-"][k] for k in range(n)] + [0]
+        down = [9 * is_sub + b["-"][k] - a["-"][k] for k in range(n)] + [0]
+        carry_up, _ = lookahead(up, is_sub)
+        carry_down, _ = lookahead(down, is_sub)
+        up_digits = [up[k] + carry_up[k] - 10 * carry_up[k + 1] for k in range(n)]
+        down_digits = [down[k] + carry_down[k] - 10 * carry_down[k + 1] for k in range(n)]
+        return _calc.print_result(x, ops, digits, [1 - is_sub] + lead[1:], up_digits,
+                                  down_digits, carry_up[n])
 
     return tw.compile(calculator_advanced, vocab=VOCAB, **options).with_domain(
         lambda: inputs(n), oracle)

@@ -1,20 +1,25 @@
-"""calculator_simple: ``12*34\\n`` -> ``408``; ``+ - *`` on integers of up to N digits.
+"""calculator_simple: ``12*34\\n`` -> ``408``; ``+ - *`` on integers of up to N digits
+(N = 1..16).
 
-Schoolbook arithmetic, one column at a time. Every operation is first written as a row of
-decimal columns x_0..x_{2N-1} (free linear maps of the operand digits, plus one exact
-product per digit pair for ``*``), then a single fold runs right to left through one lookup
-table, ``carry, digit = divmod(x_k + carry, 10)``. Subtraction is an addition too: the
-smaller operand's ten's complement is added to the larger one (columns ``9 + big - small``,
-a carry of 1 into the first column), and the carry out of the top is dropped.
+Schoolbook arithmetic, one column at a time, digit by digit: no value wider than a column
+sum (at most 81 N) is ever formed. ``+`` and ``*`` are written as one row of decimal columns
+x_0..x_{2N-1} (free linear maps of the operand digits, plus one exact product per digit pair
+for ``*``), then a single fold runs right to left through one lookup table per column,
+``carry, digit = divmod(x_k + carry, 10)``. Subtraction runs two short folds beside it, on
+the ten's complements ``A + (10**N - 1 - B) + 1`` and ``B + (10**N - 1 - A) + 1`` (columns
+``9 + a_k - b_k`` and ``9 + b_k - a_k``, a carry of 1 into the first): the first carries 1
+out of its top column exactly when A >= B (that is the sign, no comparison of numbers),
+and then its digits are A - B's; otherwise the second's are B - A's.
 
-Depth: 1 layer reads the operands, 1 forms the columns, 2N-1 run the fold, 1 prints
-(its leading-zero test rides along with the fold). N = 1..6 (fp32 keeps every compared
-value an exact integer); N = 2: 6 layers, N = 4: 10, N = 6: 14.
+Depth: 2 layers read the operands (3 from N = 8, where they are read in two levels of
+~sqrt(N) heads), the products take 1, 2N-1 run the fold (the leading-zero tests ride along
+with it), 2 print: 2N + 3 layers up to N = 7, 2N + 4 from N = 8 (N = 2: 7, 6: 15, 10: 24,
+16: 36).
 
 report() for N=3 (default); the seed's build was 29 (22 with CP-SAT) layers at d=1024, 129M
 parameters:
-  calculator_simple: 8 layers (critical-path bound 8), d_model=128 (peak live width 77),
-  d_head=32, 8 heads/layer (11 used), 68 lanes/layer, 1,264,000 parameters (99.4% zeros)
+  calculator_simple: 9 layers (critical-path bound 9), d_model=64 (peak live width 58),
+  d_head=32, 6 heads/layer (14 used), 58 lanes/layer, 545,984 parameters (99.7% zeros)
 """
 
 from __future__ import annotations
@@ -42,59 +47,63 @@ def sample(rng: random.Random, n: int = N) -> str:
     return _calc.sample(rng, n)
 
 
+def fold(cols: list[Any], carry_in: Any, bounds: list[int]) -> tuple[list[Any], list[Any]]:
+    """Carries right to left, one lookup table per column: ``carry_{k+1} = (x_k + carry_k) //
+    10`` (``bounds[k]`` bounds x_k); returns the carries into columns 0..M (the last one out
+    of the top) and the digits."""
+    carry, most = [carry_in], 1  # most: the largest carry into column k
+    for k, col in enumerate(cols):
+        top = bounds[k] + most  # bounds x_k + carry_k
+        most = top // 10
+        carry.append(tw.lookup(col + carry[k], {v: v // 10 for v in range(top + 1)}))
+    digits = [cols[k] + carry[k] - 10 * carry[k + 1] for k in range(len(cols))]
+    return carry, digits
+
+
 def make(n: int = N, **options: Any) -> tw.Compiled:
     _calc.check_digits(n)
     m = 2 * n  # columns: enough for the longest product (and for the sum's carry)
+    pairs = [sum(1 for i in range(n) if 0 <= k - i < n) for k in range(m)]
+    bounds = [max(18 if k < n else 0, 81 * pairs[k]) for k in range(m)]
 
     def calculator_simple(x: torch.Tensor) -> torch.Tensor:
         ops = _calc.Operands(x, n)
-        a, b, neg = ops.a, ops.b, ops.negative
+        a, b = ops.a, ops.b
         is_sub = ops.is_op["-"]
 
-        # The columns of each operation; the operand digits of the other two are zero, so
-        # adding the three rows gives the row of the prompt's operation.
-        sign = 1 - 2 * neg  # subtract the smaller from the larger
-        cols = []
+        # '+' and '*' share one row of columns (the other operation's digits are zero).
+        is_mul = ops.is_op["*"].bool()
+        row, cols = [], []
         for k in range(m):
-            add = a["+"][k] + b["+"][k] if k < n else 0
-            sub = 9 * is_sub + (sign * (a["-"][k] - b["-"][k]) if k < n else 0)
+            add = a["+"][k] + b["+"][k] if k < n else torch.zeros_like(is_sub)
             mul = sum(a["*"][i] * b["*"][k - i] for i in range(n) if 0 <= k - i < n)
-            cols.append(add + sub + mul)
+            row.append(add + mul)
+            # Column k's products are summed into one residual column (a gated copy) while
+            # the fold reads column 0: otherwise each stays in the residual stream until the
+            # fold reaches its column (N**2 columns live at once).
+            cols.append(row[k] if k == 0 else torch.where(is_mul, mul, add))
+        carry, digits = fold(cols, 0, bounds)
+        digits[m - 1] = cols[m - 1] + carry[m - 1]  # nothing is carried out of the top
 
-        # The fold: carry_{k+1} = (x_k + carry_k) // 10, one lookup table per column.
-        top = 100 * n + 20  # above any x_k + carry_k
-        div10 = {v: v // 10 for v in range(top + 1)}
-        carry = [is_sub]  # the ten's complement's +1
-        for k in range(m - 1):
-            carry.append(tw.lookup(cols[k] + carry[k], div10))
-        digits = [cols[k] + carry[k] - 10 * carry[k + 1] for k in range(m - 1)]
-        digits.append(cols[m - 1] + carry[m - 1])  # the carry out of the top is dropped
+        # '-' runs two short folds beside it: A + (99..9 - B) + 1 and B + (99..9 - A) + 1, the
+        # ten's complements of A - B and B - A. The first carries 1 out of its top column
+        # exactly when A >= B: that is the sign, and then its digits are A - B's; otherwise
+        # the second's are B - A's.
+        up, up_digits = fold([9 * is_sub + a["-"][k] - b["-"][k] for k in range(n)], is_sub,
+                             [18] * n)
+        down, down_digits = fold([9 * is_sub + b["-"][k] - a["-"][k] for k in range(n)], is_sub,
+                                 [18] * n)
+        a_ge_b = up[n]  # 0 unless the operator is '-'
 
         # How many digits to print. For + and * (columns >= 0), the result is >= 10**k iff a
         # column at or above k is non-zero or column k-1 passes a carry on
         # (x_{k-1} + carry_{k-1} >= 10): one comparison, in the same layer as that carry.
-        # Switched off for -, whose columns are the complement's.
-        gate = 10 * (top + 1) * (m + 1)
+        # (For '-' this row is zero: every such test is 0.)
         lead = [1 - is_sub]
         for k in range(1, m):
             above = sum(cols[j] for j in range(k, m))
-            lead.append(((10 * above + cols[k - 1] + carry[k - 1] - gate * is_sub) >= 10).float())
-        # For -, |A - B| is a linear map of the digits: its lengths are known from the start.
-        # |A - B| < 10**n; the claim keeps the range that tight (the digit streams' own ranges
-        # would allow more), so the width tests stay within fp32's exact range up to n = 6.
-        top = 10 ** n - 1
-        diff = tw.claim(_calc.number(a["-"]) - _calc.number(b["-"]), -top, top, integral=True)
-        sub_lead = [is_sub] + [((diff >= 10 ** k).float() + (-diff >= 10 ** k).float())
-                               for k in range(1, n)]
-        lengths: dict[tuple[int, bool], torch.Tensor] = {}
-        for length in range(1, m + 1):
-            is_len = lead[length - 1] - (lead[length] if length < m else 0)
-            if length <= n:
-                sub_len = sub_lead[length - 1] - (sub_lead[length] if length < n else 0)
-                lengths[(length, True)] = neg * sub_len
-                is_len = is_len + sub_len - lengths[(length, True)]
-            lengths[(length, False)] = is_len
-        return _calc.print_answer(x, ops, digits, lengths)
+            lead.append(((10 * above + cols[k - 1] + carry[k - 1]) >= 10).float())
+        return _calc.print_result(x, ops, digits, lead, up_digits, down_digits, a_ge_b)
 
     return tw.compile(calculator_simple, vocab=VOCAB, **options).with_domain(
         lambda: inputs(n), oracle)

@@ -76,19 +76,6 @@ def _has_stream(value: Any) -> bool:
     return False
 
 
-def _with_reading_error(prog: Program, s: Stream) -> Stream:
-    """A reader computes each column from the stored signals; where those are far larger
-    than the column (an MLP stores f(x) less an affine part that the reader adds back, and
-    along a run of MLP steps the stored offsets grow), fp32 rounds that sum: the facts carry
-    it as noise, so the steps that read the column are certified with it."""
-    signal = prog.signals.__getitem__
-    extra = [ffn.lin_rounding(c, lambda sid: signal(sid).range) for c in s.cols]
-    if not any(extra):
-        return s
-    return Stream(s.cols, [r.with_noise(r.noise + e) if e else r
-                           for r, e in zip(s.ranges, extra, strict=True)], s.is_bool)
-
-
 def _has_lowered(value: Any) -> bool:
     """A lowered non-stream value an intrinsic reads (a selector from tw.select)."""
     if getattr(value, "tw_lowered", False):
@@ -180,7 +167,6 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise node_error(node, f"{type(e).__name__}: {e}") from None
     if isinstance(value, Stream):
-        value = _with_reading_error(prog, value)
         prog.views[node.name] = value.cols
         prog.sources[node.name] = node_source(node)
         prog.facts[node.name] = value.ranges

@@ -404,29 +404,6 @@ def _corner_error(z_lo: np.ndarray, z_hi: np.ndarray) -> np.ndarray:
         return np.where(np.isfinite(z) & (z < 700), z / (1.0 + np.exp(np.minimum(z, 700))), 0.0)
 
 
-def lin_rounding(x: Lin, signal_range: Callable[[int], Interval]) -> float:
-    """A bound on |fl32(x) - x| for a column read as the dot product of its weights with the
-    signals' stored values (a layer's projection of the residual stream). The stored values
-    can be far larger than x itself: an MLP stores f(x) less an affine part of x, which a
-    reader adds back, and along a run of such steps the stored offsets grow. 0 when every
-    product and partial sum is a whole multiple of one unit (the signals' lattices and the
-    coefficients) below 2**24 of them; else one rounding per term and per partial sum."""
-    if not x.terms:
-        return 0.0
-    total = abs(x.const) + sum(abs(c) * signal_range(s).magnitude for s, c in x.terms.items())
-    unit = abs(read_float(x.const)) if x.const else Fraction(0)
-    for sid, c in x.terms.items():
-        lat = signal_range(sid).lattice
-        if lat is None or not math.isfinite(c):
-            unit = Fraction(0)
-            break
-        for part in (lat[0], lat[1]):
-            unit = frac_gcd(unit, abs(read_float(c) * part)) if part else unit
-    if unit > 0 and total < float(unit) * 2.0 ** 24:
-        return 0.0
-    return (len(x.terms) + 1) * 2.0 ** -24 * total
-
-
 def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> bool:
     """Whether every lane of f(x) is computed exactly in fp32 at the values x takes: every
     signal on a lattice, every gate S*s*(x - k) then on the half-integers (its fp32 weights
@@ -448,10 +425,15 @@ def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Int
         if not (h.weight / h.sharpness).is_integer():
             return False
         const = Fraction(float(np.float32((x.const - h.knot) * k)))
-        # the gate's partial sums are the stored signals times their weights: they must stay
-        # below the half-integers fp32 holds, however small x itself is
-        if abs(const) + sum(abs(c * k) * signal_range(sid).magnitude
-                            for sid, c in x.terms.items()) >= EXACT_HALF_INTEGERS:
+        # the gate's partial sums are the stored signals times their weights, multiples of
+        # one unit: they must stay below 2**24 of it, however small x itself is
+        unit, total = abs(const), abs(const)
+        for (sid, c), lat in zip(x.terms.items(), lattices, strict=True):
+            assert lat is not None
+            w = abs(Fraction(float(np.float32(c * k))))
+            unit = frac_gcd(frac_gcd(unit, w * lat[0]), w * lat[1])
+            total += w * Fraction(signal_range(sid).magnitude)
+        if unit > 0 and total >= unit * 2 ** 24:
             return False
         for c, lat in zip(x.terms.values(), lattices, strict=True):
             assert lat is not None

@@ -97,9 +97,6 @@ class Columns:
         self.lanes[i] = lanes + e.lanes
         signal_range = self.ctx.prog.signals.__getitem__
         exact = ffn.exact_lanes(f, x, rng, lambda sid: signal_range(sid).range)
-        if not exact:  # the gates' fp32 sums, as large as the stored signals, round x too
-            rng = rng.with_noise(rng.noise + ffn.gate_rounding(x, lambda sid: signal_range(sid)
-                                                               .range))
         self.noise[i] += ffn.pwl_noise(f, rng, value_set(self.ctx, x, rng), self.ctx.prog.machine,
                                        exact)
 

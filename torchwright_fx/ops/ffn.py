@@ -404,15 +404,6 @@ def _corner_error(z_lo: np.ndarray, z_hi: np.ndarray) -> np.ndarray:
         return np.where(np.isfinite(z) & (z < 700), z / (1.0 + np.exp(np.minimum(z, 700))), 0.0)
 
 
-def gate_rounding(x: Lin, signal_range: Callable[[int], Interval]) -> float:
-    """In units of x: how far fp32 may move x inside a gate that is not exact, whose dot
-    product adds the stored signals (as large as their facts say, which can be far larger
-    than x: an MLP stores f(x) less an affine part its readers add back) and the constant,
-    rounding each product and partial sum once."""
-    total = abs(x.const) + sum(abs(c) * signal_range(s).magnitude for s, c in x.terms.items())
-    return (len(x.terms) + 2) * 2.0 ** -24 * total if math.isfinite(total) else math.inf
-
-
 def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> bool:
     """Whether every lane of f(x) is computed exactly in fp32 at the values x takes: every
     signal on a lattice, every gate S*s*(x - k) then on the half-integers (its fp32 weights
@@ -434,8 +425,6 @@ def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Int
         if not (h.weight / h.sharpness).is_integer():
             return False
         const = Fraction(float(np.float32((x.const - h.knot) * k)))
-        if const != Fraction((x.const - h.knot) * k):  # the stored weight is not the gate's
-            return False
         # the gate's partial sums are the stored signals times their weights, multiples of
         # one unit: they must stay below 2**24 of it, however small x itself is
         unit, total = abs(const), abs(const)

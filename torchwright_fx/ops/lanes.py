@@ -13,12 +13,7 @@ from collections.abc import Sequence
 from torchwright_fx.ir.graph import FFN, Lane, MachineKind, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops.numerics import SILU_SCALE
-
-
-# A bank's constant up to this size stays in its readers' affine forms (free); beyond it, it is
-# written into the column by a constant lane (SiLU(S)/S is exactly 1).
-READER_CONSTANT_LIMIT = 1024.0
+from torchwright_fx.ops.numerics import READER_CONSTANT_LIMIT, SILU_SCALE
 
 
 class Bank:

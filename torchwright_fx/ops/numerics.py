@@ -74,6 +74,11 @@ EXACT_HALF_INTEGERS = 2.0 ** 23
 REAL_STAIR_MAGNITUDE = 2.0 ** 19
 # Above this many steps a staircase on a grid is split into two stages (coarse, then fine).
 SINGLE_STAGE_STEPS = 256
+# A bank's constant up to this size stays in its readers' affine forms (free); beyond it, it is
+# written into the column by a constant lane (SiLU(S)/S is exactly 1): left to the readers, a
+# run of MLP steps each reading the last doubled it until fp32 lost the value (4.7e6 after
+# 20 lookups).
+READER_CONSTANT_LIMIT = 1024.0
 # Hard cap on the lanes one staircase or table may use.
 MAX_LANES = 8192
 # Default segments of a piecewise-linear table of x**n (the ReLU product, square and power).

@@ -221,7 +221,7 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
 
 
 def _input_node(ctx: LowerCtx) -> torch.fx.Node:
-    return next(n for n in ctx.node.graph.nodes if n.op == "placeholder")
+    return ctx.input_node
 
 
 def _hull(values: Sequence[float]) -> Interval:
@@ -441,7 +441,7 @@ def _claim_where(position: int) -> str:
 
 # -- position-based intrinsics -----------------------------------------------------------------
 def _bos(ctx: LowerCtx) -> Lin:
-    return _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0]
+    return ctx.bos_indicator()
 
 
 def _position_lin(ctx: LowerCtx) -> Lin:

@@ -45,6 +45,15 @@ class LowerCtx:
     def error(self, what: str, advice: str = "") -> CompileError:
         return node_error(self.node, what, advice)
 
+    @property
+    def input_node(self) -> torch.fx.Node:
+        """The program's token stream (the graph's placeholder)."""
+        return next(n for n in self.node.graph.nodes if n.op == "placeholder")
+
+    def bos_indicator(self) -> Lin:
+        """1 at the <bos> position, else 0: the token stream's <bos> embedding column."""
+        return self.input_node.meta["tw_stream"].cols[self.vocab.bos_id]
+
     def bos_row(self, arg_index: int, kwarg: str | None = None) -> torch.Tensor | None:
         """The value of an argument (positional index, or keyword) at the BOS position, known
         at compile time: position 0 sees only the BOS token."""

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch.fx
 
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, ONCE, Interval, read_float
@@ -32,13 +31,9 @@ from torchwright_fx.ops.numerics import (
 from torchwright_fx.ops.ties import refuse_ties
 
 
-def _input_node(ctx: LowerCtx) -> torch.fx.Node:
-    return next(n for n in ctx.node.graph.nodes if n.op == "placeholder")
-
-
 def bos_indicator(ctx: LowerCtx) -> Lin:
     """1 at the <bos> position, else 0: the input's <bos> embedding column."""
-    return _input_node(ctx).meta["tw_stream"].cols[ctx.vocab.bos_id]
+    return ctx.bos_indicator()
 
 
 def _value_at_bos(ctx: LowerCtx, arg_index: int, what: str) -> float:
@@ -197,7 +192,7 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     """The values of a key or query stream and their one-hot columns (shared per stream)."""
     arg = ctx.node.args[arg_index] if arg_index < len(ctx.node.args) else None
     label = f"{what} ({getattr(arg, 'name', arg)})"
-    if arg is _input_node(ctx):  # the token stream: its own one-hot, values = token codes
+    if arg is ctx.input_node:  # the token stream: its own one-hot, values = token codes
         codes = tuple(float(i) for i in range(len(ctx.vocab)))
         return Side(codes, float(ctx.vocab.bos_id), label, codes, tokens=tuple(s.cols))
     if s.width != 1:
@@ -325,11 +320,17 @@ def _factor(ctx: LowerCtx, keys: Encoded, queries: Encoded,
     return Features(q, k)
 
 
-def _classes(leaf: Leaf, kvals: list, qvals: list) -> int:
+def _matrix(leaf: Leaf) -> list[list[bool]]:
+    """The predicate on every (query tuple, key tuple), in the order _encode numbers them."""
+    kvals = list(itertools.product(*(s.values for s in leaf.keys)))
+    qvals = list(itertools.product(*(s.values for s in leaf.queries)))
+    return [[leaf.holds(kv, qv) for kv in kvals] for qv in qvals]
+
+
+def _classes(p: list[list[bool]]) -> int:
     """The dims a leaf takes as one factor: min(key classes, query classes), all-false
     rows and columns dropped."""
-    p = [tuple(leaf.holds(kv, qv) for kv in kvals) for qv in qvals]
-    rows = {r for r in p if any(r)}
+    rows = {tuple(r) for r in p if any(r)}
     cols = {c for c in zip(*p, strict=True) if any(c)} if p else set()
     return min(len(rows), len(cols))
 
@@ -374,11 +375,8 @@ def content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
     leaves = sel.factors()
     if leaves is None:
         return None
-    sizes = []
-    for leaf in leaves:
-        kvals = list(itertools.product(*(s.values for s in leaf.keys)))
-        qvals = list(itertools.product(*(s.values for s in leaf.queries)))
-        sizes.append(_classes(leaf, kvals, qvals))
+    matrices = [_matrix(leaf) for leaf in leaves]
+    sizes = [_classes(p) for p in matrices]
     if any(n == 0 for n in sizes):
         return None  # a factor that never holds
 
@@ -410,8 +408,7 @@ def content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
             feats += split[i]
             continue
         kenc, qenc = _encode(ctx, leaf.keys, "key"), _encode(ctx, leaf.queries, "query")
-        p = [[leaf.holds(kv, qv) for kv in kenc.values] for qv in qenc.values]
-        feats.append(_factor(ctx, kenc, qenc, p))
+        feats.append(_factor(ctx, kenc, qenc, matrices[i]))
     if len(feats) > MAX_SELECT_PARTS:
         raise ctx.error(f"{what} joins {len(feats)} selections with &, more than "
                         f"{MAX_SELECT_PARTS} in one head (the selected keys' logits must sum the "

@@ -71,3 +71,23 @@ def check_program(program, oracle, prompts) -> list[str]:
     assert not wrong, f"{len(wrong)}/{len(prompts)} wrong (prompt, reference, generate, " \
                       f"oracle): {wrong[:5]}"
     return prompts
+
+
+def agrees(program, prompt: str, answer: str) -> bool:
+    """Greedy generation gives `answer` then <eos>: checked in one teacher-forced forward pass
+    (at every answer position the top logit is the next answer token)."""
+    vocab = program.vocab
+    ids = vocab.encode(prompt)
+    want = vocab.encode(answer, bos=False) + [vocab.eos_id]
+    logits = program.logits(ids + want[:-1])
+    return logits[len(ids) - 1:].argmax(-1).tolist() == want
+
+
+def hf_agrees(model, tokenizer, prompt: str, answer: str) -> bool:
+    """``agrees`` through a transformers model: one forward pass over prompt and answer."""
+    n_prompt = len(tokenizer(prompt)["input_ids"])
+    ids = tokenizer(prompt + answer, return_tensors="pt")["input_ids"]
+    want = ids[0, n_prompt:].tolist() + [tokenizer.eos_token_id]
+    with torch.no_grad():
+        logits = model(ids).logits[0]
+    return logits[n_prompt - 1:].argmax(-1).tolist() == want

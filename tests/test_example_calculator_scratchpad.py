@@ -7,21 +7,10 @@ import random
 import re
 
 import pytest
-import torch
-from conftest import hf_generate, load_hf
+from conftest import agrees, hf_agrees, hf_generate, load_hf
 
 import examples.calculator_scratchpad as ex
 from examples import _calc
-
-
-def agrees(program, prompt: str, answer: str) -> bool:
-    """Greedy generation gives `answer` then <eos>: checked in one teacher-forced forward pass
-    (at every answer position the top logit is the next answer token)."""
-    vocab = program.vocab
-    ids = vocab.encode(prompt)
-    want = vocab.encode(answer, bos=False) + [vocab.eos_id]
-    logits = program.logits(ids + want[:-1])
-    return logits[len(ids) - 1:].argmax(-1).tolist() == want
 
 
 def _answer(output: str) -> str:
@@ -31,14 +20,6 @@ def _answer(output: str) -> str:
 
 
 
-def hf_agrees(model, tokenizer, prompt: str, answer: str) -> bool:
-    """``agrees`` through a transformers model: one forward pass over prompt and answer."""
-    n_prompt = len(tokenizer(prompt)["input_ids"])
-    ids = tokenizer(prompt + answer, return_tensors="pt")["input_ids"]
-    want = ids[0, n_prompt:].tolist() + [tokenizer.eos_token_id]
-    with torch.no_grad():
-        logits = model(ids).logits[0]
-    return logits[n_prompt - 1:].argmax(-1).tolist() == want
 
 @pytest.mark.parametrize("n", [1, 3, 16])
 def test_work_format(n):

@@ -6,32 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
-from conftest import hf_generate, load_hf
+from conftest import agrees, hf_agrees, hf_generate, load_hf
 
 import examples.calculator_simple as ex
 from examples import _calc
 
-
-def agrees(program, prompt: str, answer: str) -> bool:
-    """Greedy generation gives `answer` then <eos>: checked in one teacher-forced forward pass
-    (at every answer position the top logit is the next answer token)."""
-    vocab = program.vocab
-    ids = vocab.encode(prompt)
-    want = vocab.encode(answer, bos=False) + [vocab.eos_id]
-    logits = program.logits(ids + want[:-1])
-    return logits[len(ids) - 1:].argmax(-1).tolist() == want
-
-
-
-def hf_agrees(model, tokenizer, prompt: str, answer: str) -> bool:
-    """``agrees`` through a transformers model: one forward pass over prompt and answer."""
-    n_prompt = len(tokenizer(prompt)["input_ids"])
-    ids = tokenizer(prompt + answer, return_tensors="pt")["input_ids"]
-    want = ids[0, n_prompt:].tolist() + [tokenizer.eos_token_id]
-    with torch.no_grad():
-        logits = model(ids).logits[0]
-    return logits[n_prompt - 1:].argmax(-1).tolist() == want
 
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_other_operand_lengths_on_a_sample(n):

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
+from conftest import agrees
+
 import examples.range_printer as ex
-
-
-def agrees(program, prompt: str, answer: str) -> bool:
-    """Greedy generation gives `answer` then <eos>: checked in one teacher-forced forward pass
-    (at every answer position the top logit is the next answer token)."""
-    vocab = program.vocab
-    ids = vocab.encode(prompt)
-    want = vocab.encode(answer, bos=False) + [vocab.eos_id]
-    logits = program.logits(ids + want[:-1])
-    return logits[len(ids) - 1:].argmax(-1).tolist() == want
 
 
 def test_format():

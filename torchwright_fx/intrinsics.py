@@ -215,7 +215,8 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
     ffn.emit_into_bank(bank, 0, v.cols[0], key, f)
     grid = ffn.Grid(Fraction(1), Fraction(0))
     signals = ctx.prog.signals
-    exact = ffn.exact_lanes(f, v.cols[0], key, lambda sid: signals[sid].range)
+    exact = ffn.exact_lanes(f, v.cols[0], key, lambda sid: signals[sid].range,
+                            ctx.prog.embed_tables)
     rng = _hull(reached).with_noise(ffn.pwl_noise(f, key, grid, ctx.prog.machine, exact))
     return Stream(ctx.finish(bank, [rng]), [rng])
 
@@ -350,7 +351,10 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
         off = 1.0 - flags[k] + sum(flags[:k], Lin())
         ffn.gated(bank, 0, item.cols[0] - fallback, item.ranges[0].shift(-fallback), off)
         rng = rng.hull(item.ranges[0])
-    rng = rng.with_noise(sum(item.ranges[0].noise for item in items))  # one item, gated exactly
+    signals, tables = ctx.prog.signals, ctx.prog.embed_tables
+    read = max(ffn.read_rounding(item.cols[0] - fallback, lambda sid: signals[sid].range, tables)
+               for item in items)  # one item is printed: its noise and how fp32 reads it
+    rng = rng.with_noise(sum(item.ranges[0].noise for item in items) + read)
     return Stream(ctx.finish(bank, [rng]), [rng])
 
 

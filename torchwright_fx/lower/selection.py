@@ -254,7 +254,8 @@ def _whole_column(ctx: LowerCtx, x: Lin, rng: Interval, f: ffn.Pwl, label: str) 
     if const:
         bank.hinge(0, Lin.constant(1.0), const)
     grid = table.value_set(ctx, x, rng)
-    exact = ffn.exact_lanes(f, x, rng, lambda sid: ctx.prog.signals[sid].range)
+    exact = ffn.exact_lanes(f, x, rng, lambda sid: ctx.prog.signals[sid].range,
+                            ctx.prog.embed_tables)
     noise = ffn.pwl_noise(f, rng, grid, ctx.prog.machine, exact)
     if noise > SELECT_FEATURE_NOISE:
         raise ctx.error(

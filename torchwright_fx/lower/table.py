@@ -70,6 +70,11 @@ def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
     return ffn.grid_of(x, rng, lambda sid: ctx.prog.signals[sid].range)
 
 
+def read_noise(ctx: LowerCtx, x: Lin) -> float:
+    """How far fp32 may move x where a lane reads it (0 when the read is exact)."""
+    return ffn.read_rounding(x, lambda sid: ctx.prog.signals[sid].range, ctx.prog.embed_tables)
+
+
 def value_set(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | ffn.Fractions | None:
     """Where a step may put its ramp: x's lattice, else the fractions of a mean, else None."""
     return grid(ctx, x, rng) or ffn.fractions_of(x, lambda sid: ctx.prog.signals[sid].range)
@@ -96,7 +101,10 @@ class Columns:
         assert lanes is not None, "a column is either pwl or whole"
         self.lanes[i] = lanes + e.lanes
         signal_range = self.ctx.prog.signals.__getitem__
-        exact = ffn.exact_lanes(f, x, rng, lambda sid: signal_range(sid).range)
+        stored, tables = (lambda sid: signal_range(sid).range), self.ctx.prog.embed_tables
+        exact = ffn.exact_lanes(f, x, rng, stored, tables)
+        if not exact:  # the gates' fp32 sums, as large as the stored signals, round x too
+            rng = rng.with_noise(rng.noise + ffn.gate_rounding(x, stored, tables))
         self.noise[i] += ffn.pwl_noise(f, rng, value_set(self.ctx, x, rng), self.ctx.prog.machine,
                                        exact)
 
@@ -339,6 +347,9 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
             out = dataclasses.replace(out, near_integral=True)
         if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):
             out = out.with_noise(out.noise + ffn.product_rounding(r, s, len(ranges) in shifted))
+        if ctx.prog.machine == "swiglu" or r.is_bool or s.is_bool:  # the lanes read p and q
+            ep, eq = read_noise(ctx, p), read_noise(ctx, q)
+            out = out.with_noise(out.noise + ep * s.magnitude + eq * r.magnitude + ep * eq)
         ranges.append(out)
     return cols.finish(ranges, x.is_bool and y.is_bool)
 
@@ -790,11 +801,12 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
             ffn.select(cols.bank, i, c.cols[i], x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
             cols.whole(i)
     ranges = []
-    for r, s, cr in zip(x.ranges, y.ranges, c.ranges, strict=True):
+    for r, s, cr, a, b in zip(x.ranges, y.ranges, c.ranges, x.cols, y.cols, strict=True):
         out = r.hull(s)
         gate = 2.0 * out.magnitude if ctx.prog.machine == "swiglu" else \
             (r - s).magnitude + ffn.GATE_GAP
-        ranges.append(out.with_noise(out.noise + gate * cr.noise))
+        read = max(read_noise(ctx, a), read_noise(ctx, b))
+        ranges.append(out.with_noise(out.noise + gate * cr.noise + read))
     return cols.finish(ranges, x.is_bool and y.is_bool)
 
 

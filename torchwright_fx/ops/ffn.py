@@ -29,7 +29,7 @@ import contextvars
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -404,7 +404,67 @@ def _corner_error(z_lo: np.ndarray, z_hi: np.ndarray) -> np.ndarray:
         return np.where(np.isfinite(z) & (z < 700), z / (1.0 + np.exp(np.minimum(z, 700))), 0.0)
 
 
-def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> bool:
+Tables = Mapping[int, tuple[float, ...]]
+
+
+def stored_total(weights: Mapping[int, Fraction], signal_range: Callable[[int], Interval],
+                 tables: Tables) -> Fraction:
+    """The largest sum of |w_s * stored_s| a dot product reading these columns adds at one
+    position: a column by its signal's range, but the embedding's columns by their per-token
+    tables (one token per position: of a vocabulary's indicators only one is nonzero)."""
+    total = Fraction(0)
+    embedded = {s: w for s, w in weights.items() if s in tables}
+    for s, w in weights.items():
+        if s not in tables:
+            total += abs(w) * Fraction(signal_range(s).magnitude)
+    if embedded:
+        n_tokens = len(tables[next(iter(embedded))])
+        total += max(sum((abs(w * Fraction(tables[s][t])) for s, w in embedded.items()),
+                         Fraction(0)) for t in range(n_tokens))
+    return total
+
+
+def gate_rounding(x: Lin, signal_range: Callable[[int], Interval], tables: Tables) -> float:
+    """In units of x: how far fp32 may move x inside a gate that is not exact. Its dot product
+    adds the stored signals, which can be far larger than x (an MLP stores f(x) less an affine
+    part its readers add back), and the constant, rounding each product and partial sum once."""
+    if not all(math.isfinite(signal_range(s).magnitude) for s in x.terms):
+        return math.inf
+    weights = {s: Fraction(c) for s, c in x.terms.items()}
+    total = abs(x.const) + float(stored_total(weights, signal_range, tables))
+    return (len(x.terms) + 2) * 2.0 ** -24 * total
+
+
+def read_rounding(x: Lin, signal_range: Callable[[int], Interval], tables: Tables) -> float:
+    """How far fp32 may move x when a lane reads it (a where's value, a product's factor),
+    beyond the columns' own noise. When every column is on a lattice, every weight and the
+    constant are held by fp32 and every partial sum stays below 2**24 units of the lattice
+    sums, each product and partial sum is within the columns' noise of a lattice point fp32
+    holds, so it rounds by at most that much: (terms + 1) times the weighted noise (0 when
+    noiseless), if that is below gate_rounding, the bound that holds in every case."""
+    if x.is_const:
+        return 0.0 if Fraction(float(np.float32(x.const))) == Fraction(x.const) else \
+            2.0 ** -24 * abs(x.const)
+    weights, unit, dust = {}, abs(Fraction(x.const)), 0.0
+    exact = Fraction(float(np.float32(x.const))) == Fraction(x.const)
+    for sid, c in x.terms.items():
+        r = signal_range(sid)
+        w = weights[sid] = Fraction(float(np.float32(c)))
+        if r.lattice is None or w != Fraction(c):
+            exact = False
+            break
+        unit = frac_gcd(frac_gcd(unit, abs(w) * r.lattice[0]), abs(w) * r.lattice[1])
+        dust += abs(c) * r.noise
+    if exact and (unit == 0 or abs(Fraction(x.const)) + stored_total(weights, signal_range, tables)
+                  < unit * 2 ** 24) and dust < float(unit) / 4:
+        if dust == 0:
+            return 0.0
+        return min((len(x.terms) + 1) * dust, gate_rounding(x, signal_range, tables))
+    return gate_rounding(x, signal_range, tables)
+
+
+def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval],
+                tables: Tables) -> bool:
     """Whether every lane of f(x) is computed exactly in fp32 at the values x takes: every
     signal on a lattice, every gate S*s*(x - k) then on the half-integers (its fp32 weights
     times the lattices, plus its constant), and integer down weights w/s (a staircase's
@@ -427,12 +487,12 @@ def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Int
         const = Fraction(float(np.float32((x.const - h.knot) * k)))
         # the gate's partial sums are the stored signals times their weights, multiples of
         # one unit: they must stay below 2**24 of it, however small x itself is
-        unit, total = abs(const), abs(const)
+        unit, weights = abs(const), {}
         for (sid, c), lat in zip(x.terms.items(), lattices, strict=True):
             assert lat is not None
-            w = abs(Fraction(float(np.float32(c * k))))
+            w = weights[sid] = abs(Fraction(float(np.float32(c * k))))
             unit = frac_gcd(frac_gcd(unit, w * lat[0]), w * lat[1])
-            total += w * Fraction(signal_range(sid).magnitude)
+        total = abs(const) + stored_total(weights, signal_range, tables)
         if unit > 0 and total >= unit * 2 ** 24:
             return False
         for c, lat in zip(x.terms.values(), lattices, strict=True):
@@ -651,9 +711,11 @@ def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
         raise RangeError(
             f"not exact: {what} on a lattice of spacing {grid.spacing} tolerates input noise "
             f"up to {tolerance:.3g}, but the compiled input may be off by {rng.noise:.3g} "
-            "(noise of a tw.mean, tw.position, a product of large values or an approximate "
-            "table, carried through arithmetic); round or compare the noisy part first, or "
-            "narrow its range with tw.claim")
+            "(noise of a tw.mean, tw.position, a product of large values, an approximate "
+            "table, or fp32 rounding where a large multiple of a table's result is read, "
+            "carried through arithmetic); round or compare the noisy part first, copy a table's "
+            "result with torch.where(flag, v, 0) before scaling it up, or narrow its range "
+            "with tw.claim")
     steps = rng.magnitude / float(grid.spacing)
     if steps > EXACT_LATTICE_STEPS:
         raise RangeError(f"{what} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing "

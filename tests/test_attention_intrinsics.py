@@ -117,13 +117,24 @@ def test_checkpoint_greedy_token_equals_reference_everywhere(compiled, name, tmp
 
 
 def test_geometry_too_long_is_rejected_with_the_length_that_works():
+    # beyond half the fine plane's period (278 positions at 4096) a shift has the coarse plane
+    # alone, whose peak needs logits quadratic in the length
     with pytest.raises(GeometryError, match="largest max_seq_len that works"):
-        check_margins(Geometry(16, 4096), 3)
+        check_margins(Geometry(16, 4096), 200)
+
+
+def test_short_shifts_and_recency_hold_at_long_lengths():
+    for length in (4096, 16384):
+        geom = Geometry(16, length)
+        assert geom.rotary == 6
+        for offset in (0, 1, 2, 7, 60):
+            assert check_margins(geom, offset) >= 120
+        assert check_margins(geom, 0, with_validity=2) >= 120
 
 
 def test_too_long_geometry_names_the_users_line():
     def prog(x):
-        return tw.shift(tw.code(x), 2)  # MARK
+        return tw.shift(tw.code(x), 200)  # MARK
 
     with pytest.raises(tw.CompileError, match="MARK"):
         tw.compile(prog, vocab=VOCAB, max_seq_len=4096).compile()

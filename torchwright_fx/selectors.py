@@ -259,8 +259,8 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     # puts every selected j >= 1 above it
     q, k = selection.head_qk(ctx, feats, gain, [gain] * m, True, "select_latest")
     if not feats:  # "true": every position but <bos> is valid
-        q[attention.ROTARY_DIMS] = Lin.constant(gain)
-        k[attention.ROTARY_DIMS] = 1.0 - bos_indicator(ctx)
+        q[ctx.geom.rotary] = Lin.constant(gain)
+        k[ctx.geom.rotary] = 1.0 - bos_indicator(ctx)
     ranges = [r.hull(Interval.point(default)) for r in v.ranges]
     ranges = _moved(ctx, ranges)
     return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
@@ -278,7 +278,7 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     q, k = selection.head_qk(ctx, feats, WIDTH_GAIN, [WIDTH_GAIN] * max(m, 1), False,
                              "selector_width")
     if m == 0:  # "true": every key (and <bos>) at the same logit
-        q[attention.ROTARY_DIMS] = Lin()
+        q[ctx.geom.rotary] = Lin()
     (inverse,) = _heads(ctx, q, k, [bos_indicator(ctx)], [Interval(0.0, 1.0)])
     n = ctx.geom.max_seq_len
     try:

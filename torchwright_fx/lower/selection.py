@@ -430,7 +430,7 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
     dims = [(fq * gain, fk) for f in feats for fq, fk in zip(f.q, f.k, strict=True)]
     dims += [(Lin.constant(c), bos_indicator(ctx)) for c in bos_dims]
     if len(dims) > geom.tail:
-        fits = 1 << (len(dims) + attention.ROTARY_DIMS - 1).bit_length()
+        fits = 1 << (len(dims) + geom.rotary - 1).bit_length()
         raise ctx.error(f"{what} needs {len(dims)} content dims in one head (one per class of "
                         f"equivalent key or query values, plus the <bos> fallback), more than "
                         f"the {geom.tail} of d_head={geom.d_head}",
@@ -440,5 +440,5 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
         assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
             f"{what}: a query feature is not G times whole 0/1 columns: {ql}"
     for r, (ql, kl) in enumerate(dims):
-        q[attention.ROTARY_DIMS + r], k[attention.ROTARY_DIMS + r] = ql, kl
+        q[geom.rotary + r], k[geom.rotary + r] = ql, kl
     return q, k

@@ -1,20 +1,26 @@
 """Attention-head constructions and the RoPE geometry they share (DESIGN §5).
 
-Position enters only through RoPE. Each head has ``ROTARY_DIMS`` = 4 rotary dims in Phi-3's
-``rotate_half`` layout: plane (0, 2) turns at frequency 1 and is left at zero, plane (1, 3)
-turns at ``theta = pi / max_seq_len`` (set through ``rope_theta``). A query ``A*(cos(theta*k),
--sin(theta*k))`` against the key ``(1, 0)`` gives the logit ``A*cos(theta*(i - j - k))`` between
-positions i and j: a single cosine lobe that peaks at distance k and falls monotonically on
-both sides over the whole context, because ``theta * max_seq_len <= pi``. With amplitude
-``A = margin / (1 - cos theta)`` the winner leads every other key by at least ``margin``, so
-its softmax weight is exactly 1.0 in fp32 and every other weight exactly 0.0.
+Position enters only through RoPE. Each head has ``geom.rotary`` rotary dims in Phi-3's
+``rotate_half`` layout: planes (p, p + rotary/2) turning at Phi-3's frequencies
+rope_theta ** (-2p / rotary). Plane 0 (frequency 1) is left at zero. ``rope_theta`` puts the
+last, coarse plane's frequency at ``theta = LOBE_SPAN / max_seq_len``. Up to
+SINGLE_PLANE_LENGTH there are 4 dims (the coarse plane alone); beyond, 6, and the middle,
+fine plane turns at ``sqrt(theta)``, a period of about 3.5 * sqrt(max_seq_len). A query
+``A*(cos(f*t), -sin(f*t))`` on a plane of frequency f against the key ``(1, 0)`` gives the logit
+``A*cos(f*(i - j - t))`` between positions i and j.
 
-- ``shift(v, k)``: the lobe at distance k. For i < k every key is on the rising side and the
-  one nearest distance k is the BOS row: the contract "BOS row when i - k < 0" for free.
-- ``latch(v, when)``: the lobe at distance 0 (most recent wins) plus a content term
-  ``C * valid_j`` on the position-free NoPE tail, with ``C = 2A + margin`` so every valid key
-  beats every invalid one. The BOS row always counts as valid, the fallback when no earlier
-  position has ``when``.
+- Recency (``latch``, the head that reads its own position, ``select_latest``): the coarse
+  plane alone, phased so that the distances 0..max_seq_len-1 sweep the angles
+  [phi, pi - phi] where the cosine falls steadily: every step back in time loses at least
+  the margin, with an amplitude that grows linearly in max_seq_len (a lobe peaking at
+  distance 0 is flat there and needs an amplitude quadratic in it). A latch adds a content
+  term ``C * valid_j`` on the position-free NoPE tail, ``C = 2A + margin``, so every valid
+  key beats every invalid one; the BOS row always counts as valid.
+- ``shift(v, k)``: a lobe peaking at distance k. The fine plane gives the peak its sharpness
+  (a margin from an amplitude that grows linearly in max_seq_len) and the coarse plane lifts
+  the fine plane's aliases (distances k + period): used while k is below half the fine period,
+  so that for i < k every key sits on the rising side and the nearest one, the BOS row, wins
+  (the contract "BOS row when i - k < 0"). Longer shifts use the coarse plane alone.
 
 ``check_margins`` replays the logits in fp32 exactly as Phi-3 computes them, for every query
 position up to ``max_seq_len``, and refuses a geometry whose measured gap is below
@@ -32,15 +38,27 @@ import torch
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ops.numerics import ATTENTION_MARGIN, ROTARY_DIMS, is_power_of_two
+from torchwright_fx.ops.numerics import (
+    ATTENTION_MARGIN,
+    LONG_ROTARY_DIMS,
+    ROTARY_DIMS,
+    SINGLE_PLANE_LENGTH,
+    is_power_of_two,
+)
 
 # The amplitude is sized for this multiple of the margin in exact arithmetic; the rest is
 # headroom for fp32 rounding of the rotary tables and the dot products, which check_margins
 # measures rather than assumes.
 AMPLITUDE_HEADROOM = 1.5
-LOW_PLANE = (1, 3)
+# Rotary planes (their first dim; the second is rotary // 2 further): plane p turns at
+# rope_theta ** (-2p / rotary). The last plane is the coarse one; with LONG_ROTARY_DIMS the
+# middle plane is the fine one.
+FINE_PLANE = 1
+# The coarse plane turns this far over max_seq_len: below pi, so that a lobe is monotone on
+# each side of its peak over the whole context, and the recency lobe sweeps [pi/6, 5pi/6].
+LOBE_SPAN = 2.0 * math.pi / 3.0
 # The margin search tries this many lengths below a failing one, one by one (each fails fast).
-SCAN_LENGTHS = 64  # (a, b) dims of the low-frequency rotary plane in rotate_half layout
+SCAN_LENGTHS = 64
 
 
 class GeometryError(CompileError, ValueError):
@@ -53,89 +71,163 @@ class Geometry:
     max_seq_len: int
 
     def __post_init__(self) -> None:
-        if not is_power_of_two(self.d_head) or self.d_head < 2 * ROTARY_DIMS:
+        if not is_power_of_two(self.d_head) or self.d_head < 2 * self.rotary:
             raise GeometryError(
-                f"d_head={self.d_head}: use a power of two >= {2 * ROTARY_DIMS} (the rotary "
-                f"fraction {ROTARY_DIMS}/d_head must be exact and the NoPE tail non-empty)"
-            )
+                f"d_head={self.d_head}: use a power of two >= {2 * self.rotary} (the rotary "
+                f"fraction {self.rotary}/d_head must be exact and the NoPE tail non-empty"
+                + (f"; max_seq_len > {SINGLE_PLANE_LENGTH} needs {self.rotary} rotary dims)"
+                   if self.rotary > ROTARY_DIMS else ")"))
         if self.max_seq_len < 2:
             raise GeometryError(f"max_seq_len={self.max_seq_len}: need at least 2 positions")
 
     @property
     def partial_rotary_factor(self) -> float:
-        return ROTARY_DIMS / self.d_head
+        return self.rotary / self.d_head
+
+    @property
+    def rotary(self) -> int:
+        """Rotary dims per head: one usable plane up to SINGLE_PLANE_LENGTH, two beyond."""
+        return ROTARY_DIMS if self.max_seq_len <= SINGLE_PLANE_LENGTH else LONG_ROTARY_DIMS
+
+    @property
+    def coarse_plane(self) -> int:
+        return self.rotary // 2 - 1
 
     @property
     def rope_theta(self) -> float:
-        # inv_freq[1] = rope_theta ** (-2/4) = pi / max_seq_len
-        return (self.max_seq_len / math.pi) ** 2
+        # inv_freq[coarse] = rope_theta ** (-2 * coarse / rotary) = LOBE_SPAN / max_seq_len
+        return (self.max_seq_len / LOBE_SPAN) ** (self.rotary / (2 * self.coarse_plane))
+
+    def frequency(self, plane: int) -> float:
+        """A plane's frequency exactly as Phi-3 computes it (fp32)."""
+        return float(_inv_freq(self.rope_theta, self.rotary)[plane])
 
     @property
     def theta(self) -> float:
-        """The low plane's frequency exactly as Phi-3 computes it (fp32)."""
-        return float(_inv_freq(self.rope_theta)[1])
+        """The coarse plane's frequency."""
+        return self.frequency(self.coarse_plane)
 
     @property
     def amplitude(self) -> float:
+        """A coarse lobe's amplitude: its peak leads the neighbouring distances by the margin
+        (with headroom)."""
         return AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (1.0 - math.cos(self.theta))
 
     @property
+    def recency_phase(self) -> float:
+        """The recency lobe's angle at distance 0: distances 0..n-1 sweep [phi, pi - phi]."""
+        return (math.pi - self.theta * (self.max_seq_len - 1)) / 2.0
+
+    @property
+    def recency_amplitude(self) -> float:
+        """The recency lobe's amplitude: each step back in time, A*(cos(a) - cos(a + theta)) =
+        2A sin(theta/2) sin(a + theta/2), loses at least the margin (with headroom); the least
+        step is at either end of the sweep."""
+        return AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (
+            2.0 * math.sin(self.theta / 2.0) * math.sin(self.recency_phase + self.theta / 2.0))
+
+    @property
     def validity(self) -> float:
-        """Content gain C that puts every valid key above every invalid one."""
-        return 2.0 * self.amplitude + AMPLITUDE_HEADROOM * ATTENTION_MARGIN
+        """Content gain C that puts every valid key above every invalid one (the recency
+        lobe's logits span less than 2A)."""
+        return 2.0 * self.recency_amplitude + AMPLITUDE_HEADROOM * ATTENTION_MARGIN
 
     @property
     def tail(self) -> int:
         """Number of position-free (NoPE) dims per head."""
-        return self.d_head - ROTARY_DIMS
+        return self.d_head - self.rotary
 
 
-def _inv_freq(rope_theta: float) -> torch.Tensor:
+def _inv_freq(rope_theta: float, rotary: int) -> torch.Tensor:
     # Phi-3's default RoPE initialisation, replayed for the margin check.
-    return 1.0 / (rope_theta ** (torch.arange(0, ROTARY_DIMS, 2, dtype=torch.float) / ROTARY_DIMS))
+    return 1.0 / (rope_theta ** (torch.arange(0, rotary, 2, dtype=torch.float) / rotary))
 
 
-def _query_rotary(geom: Geometry, offset: int) -> tuple[float, float]:
-    a = geom.amplitude
-    return a * math.cos(geom.theta * offset), -a * math.sin(geom.theta * offset)
+Lobe = tuple[tuple[int, float, float], ...]  # (plane, amplitude, peak distance) per plane
+
+
+@lru_cache(maxsize=256)
+def lobe(geom: Geometry, offset: int) -> Lobe:
+    """The rotary planes of a head reading distance ``offset`` (0: the recency lobe)."""
+    if offset == 0:
+        return ((geom.coarse_plane, geom.recency_amplitude, -geom.recency_phase / geom.theta),)
+    coarse = ((geom.coarse_plane, geom.amplitude, float(offset)),)
+    if geom.rotary == ROTARY_DIMS:
+        return coarse
+    fine = geom.frequency(FINE_PLANE)
+    period = 2.0 * math.pi / fine
+    if offset <= period / 2.0 - 2.0:  # the BOS row still on the fine plane's rising side
+        fine_amp = AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (1.0 - math.cos(fine))
+        alias = min(math.pi, geom.theta * (period - 1.0))  # the coarse plane lifts k + period
+        coarse_amp = AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (1.0 - math.cos(alias))
+        two = ((FINE_PLANE, fine_amp, float(offset)),
+               (geom.coarse_plane, coarse_amp, float(offset)))
+        if _gap(geom, two, offset, 0)[0] >= ATTENTION_MARGIN:  # (cached: the check's replay)
+            return two
+    return coarse
+
+
+def _query_rotary(geom: Geometry, planes: Lobe) -> dict[int, float]:
+    """The query's rotary dims: plane p at (p, p + rotary // 2)."""
+    q = {}
+    for plane, amp, peak in planes:
+        f = geom.frequency(plane)
+        q[plane], q[plane + geom.rotary // 2] = amp * math.cos(f * peak), -amp * math.sin(f * peak)
+    return q
 
 
 # -- margin check ------------------------------------------------------------------------------
 @lru_cache(maxsize=256)
 def measured_gap(geom: Geometry, offset: int, with_validity: bool | int,
                  stop_below: float = -math.inf) -> tuple[float, int]:
-    """Smallest fp32 logit gap (winner minus runner-up) over all query positions, and the
-    query position where it occurs, replaying Phi-3's RoPE and dot product in fp32. With
-    ``stop_below``, returns as soon as a gap below it is found (a pass/fail question)."""
+    """Smallest fp32 logit gap over all query positions, and the query position where it
+    occurs, replaying Phi-3's RoPE and dot product in fp32: for a shift, the target minus the
+    runner-up; for the recency lobe (offset 0), every key minus the one before it (so the most
+    recent of any set of keys wins). With ``stop_below``, returns as soon as a gap below it is
+    found (a pass/fail question)."""
+    return _gap(geom, lobe(geom, offset), offset, int(with_validity), stop_below)
+
+
+@lru_cache(maxsize=256)
+def _gap(geom: Geometry, planes: Lobe, offset: int, with_validity: bool | int,
+         stop_below: float = -math.inf) -> tuple[float, int]:
     n = geom.max_seq_len
     pos = torch.arange(n, dtype=torch.float)
-    freqs = pos[:, None] * _inv_freq(geom.rope_theta)[None, :]
+    rd = geom.rotary
+    freqs = pos[:, None] * _inv_freq(geom.rope_theta, rd)[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     cos, sin = emb.cos(), emb.sin()
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
-        half = torch.cat([-x[..., ROTARY_DIMS // 2 :], x[..., : ROTARY_DIMS // 2]], dim=-1)
+        half = torch.cat([-x[..., rd // 2 :], x[..., : rd // 2]], dim=-1)
         return x * cos + half * sin
 
-    q = torch.zeros(n, ROTARY_DIMS)
-    qa, qb = _query_rotary(geom, offset)
-    q[:, LOW_PLANE[0]], q[:, LOW_PLANE[1]] = qa, qb
-    k = torch.zeros(n, ROTARY_DIMS)
-    k[:, LOW_PLANE[0]] = 1.0
+    q = torch.zeros(n, rd)
+    for dim, value in _query_rotary(geom, planes).items():
+        q[:, dim] = value
+    k = torch.zeros(n, rd)
+    for plane, _, _ in planes:
+        k[:, plane] = 1.0
     rq, rk = rotate(q), rotate(k)
     # with_validity: how many units of the validity gain every key carries (a selection of m
     # parts carries m; the rounding of the large sum is what the replay measures)
     validity = torch.tensor(geom.validity * int(with_validity), dtype=torch.float)
     worst_gap, worst_at = math.inf, 0
-    for start in range(1, n, 256):  # query rows in chunks: memory stays O(256 * n)
-        rows = torch.arange(start, min(n, start + 256))
+    chunk = max(1, (1 << 22) // n)  # query rows per chunk: memory stays O(4M logits)
+    for start in range(1, n, chunk):
+        rows = torch.arange(start, min(n, start + chunk))
         logits = ((rq[rows] @ rk.T) + validity).double()
-        logits = logits.masked_fill(torch.arange(n)[None, :] > rows[:, None], -math.inf)
-        target = (rows - offset).clamp(min=0)
-        local = torch.arange(len(rows))
-        best = logits[local, target]
-        logits[local, target] = -math.inf
-        gap = best - logits.max(dim=1).values
+        if offset == 0:  # each key above the one before it, among keys j <= i
+            steps = logits[:, 1:] - logits[:, :-1]
+            steps = steps.masked_fill(torch.arange(1, n)[None, :] > rows[:, None], math.inf)
+            gap = steps.min(dim=1).values
+        else:
+            logits = logits.masked_fill(torch.arange(n)[None, :] > rows[:, None], -math.inf)
+            target = (rows - offset).clamp(min=0)
+            local = torch.arange(len(rows))
+            best = logits[local, target]
+            logits[local, target] = -math.inf
+            gap = best - logits.max(dim=1).values
         i = int(torch.argmin(gap))
         if float(gap[i]) < worst_gap:
             worst_gap, worst_at = float(gap[i]), int(rows[i])
@@ -201,16 +293,19 @@ def logit_rounding(products: list[float]) -> float:
 
 # -- head builders -----------------------------------------------------------------------------
 def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
+    """Q/K of the lobe reading distance ``offset`` (0: the most recent key wins)."""
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
-    qa, qb = _query_rotary(geom, offset)
-    q[LOW_PLANE[0]], q[LOW_PLANE[1]] = Lin.constant(qa), Lin.constant(qb)
-    k[LOW_PLANE[0]] = Lin.constant(1.0)
+    planes = lobe(geom, offset)
+    for dim, value in _query_rotary(geom, planes).items():
+        q[dim] = Lin.constant(value)
+    for plane, _, _ in planes:
+        k[plane] = Lin.constant(1.0)
     return q, k
 
 
 def self_qk(geom: Geometry) -> tuple[list[Lin], list[Lin]]:
-    """Q/K of a head that attends exactly to its own position (the lobe at distance 0)."""
+    """Q/K of a head that attends exactly to its own position (the recency lobe)."""
     check_margins(geom, 0)
     return _positional_qk(geom, 0)
 
@@ -252,8 +347,8 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid:
     """Each value at the most recent position j <= i with ``valid_j`` = 1 (0/1 signal)."""
     check_margins(geom, 0, with_validity=True)
     q, k = _positional_qk(geom, 0)
-    q[ROTARY_DIMS] = Lin.constant(geom.validity)
-    k[ROTARY_DIMS] = valid
+    q[geom.rotary] = Lin.constant(geom.validity)
+    k[geom.rotary] = valid
     return _heads(prog, geom, q, k, values, ranges, name, source)
 
 
@@ -269,8 +364,8 @@ def mean(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: 
     carries the BOS fallback at weight 1/2): equal logits give equal softmax weights."""
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
-    q[ROTARY_DIMS] = Lin.constant(MEAN_VALIDITY)
-    k[ROTARY_DIMS] = valid
+    q[geom.rotary] = Lin.constant(MEAN_VALIDITY)
+    k[geom.rotary] = valid
     return _heads(prog, geom, q, k, values, ranges, name, source)
 
 
@@ -280,12 +375,12 @@ def scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
     constant gains, the key the per-position terms. Used by argmax and gather."""
     if len(key_terms) > geom.tail:
         raise GeometryError(f"{len(key_terms)} key terms need d_head >= "
-                            f"{ROTARY_DIMS + len(key_terms)}")
+                            f"{geom.rotary + len(key_terms)}")
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
     for r, (gain, lin) in enumerate(key_terms):
-        q[ROTARY_DIMS + r] = Lin.constant(gain)
-        k[ROTARY_DIMS + r] = lin
+        q[geom.rotary + r] = Lin.constant(gain)
+        k[geom.rotary + r] = lin
     return _heads(prog, geom, q, k, values, ranges, name, source)
 
 
@@ -293,10 +388,10 @@ def query_scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
                  terms: list[tuple[Lin, Lin]], name: str, source: str) -> list[Lin]:
     """A head whose logit is ``sum(query_lin_i * key_lin_j)`` over the NoPE tail."""
     if len(terms) > geom.tail:
-        raise GeometryError(f"{len(terms)} key terms need d_head >= {ROTARY_DIMS + len(terms)}")
+        raise GeometryError(f"{len(terms)} key terms need d_head >= {geom.rotary + len(terms)}")
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
     for r, (ql, kl) in enumerate(terms):
-        q[ROTARY_DIMS + r] = ql
-        k[ROTARY_DIMS + r] = kl
+        q[geom.rotary + r] = ql
+        k[geom.rotary + r] = kl
     return _heads(prog, geom, q, k, values, ranges, name, source)

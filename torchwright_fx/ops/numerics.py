@@ -33,9 +33,15 @@ GATE_GAP = 1.0
 # Required fp32 logit gap between the selected key and every other key, after the measured
 # fp32 error of the logits is subtracted: exp(-ATTENTION_MARGIN) flushes to exactly 0.
 ATTENTION_MARGIN = 120.0
-# Rotary dims per head: two planes in Phi-3's rotate_half layout. Plane 0 has frequency 1 (fixed
-# by the RoPE formula) and is unused; plane 1's frequency pi/max_seq_len is set by rope_theta.
+# Rotary dims per head, in Phi-3's rotate_half layout, plane p turning at rope_theta ** (-2p/dims).
+# Plane 0 (frequency 1, fixed by the RoPE formula) is unused. Up to SINGLE_PLANE_LENGTH: 4 dims,
+# one coarse plane (a shift's peak then needs an amplitude quadratic in max_seq_len: measured
+# exact to about 2570 positions with LOBE_SPAN). Beyond: 6 dims, the coarse plane and a fine
+# plane at its square-root frequency that sharpens a shift's peak with logits linear in
+# max_seq_len (ops/attention.py); the NoPE tail is then 2 dims shorter.
 ROTARY_DIMS = 4
+LONG_ROTARY_DIMS = 6
+SINGLE_PLANE_LENGTH = 2048
 
 # -- output decoding ---------------------------------------------------------------------------
 # lm_head gives token t the logit DECODE_GAIN * (t*c - t*t/2) for the output code c, which is

@@ -1,24 +1,38 @@
-"""The position scalar i, from attention and one MLP sublayer.
+"""The position scalar i, from attention and one or three MLP sublayers.
 
 A head with equal logits everywhere averages the BOS indicator over positions 0..i: its output
 is y_i = fl(1/(i+1)) exactly (equal softmax weights 1/(i+1), only the BOS row is non-zero).
-An MLP then inverts it with the piecewise-linear interpolant through (y_n, n), n < max_seq_len:
-one hinge per knot y_k, each with its own sharpness so that the neighbouring sample points sit
-in the hinge's exact region (argument >= UNDERFLOW below the knot, >= SATURATION above).
+An MLP then inverts it with a piecewise-linear interpolant of c(y) = 1/y - 1 through some of
+the points (y_c, c), c < max_seq_len. c(y) is convex, so between two knots the interpolant
+lies above it, by at most (c - a)(b - c)/(c + 1) at a count c between knots a and b: knots
+about 2*sqrt(E*c) apart keep that below E, and the decoder needs O(sqrt(max_seq_len)) lanes,
+not one per position. Each hinge has its own sharpness, so that the neighbouring sample
+points sit in its exact region (argument >= UNDERFLOW below the knot, >= SATURATION above).
+
+- One stage (short contexts, and the ReLU machine): knots CHORD_ERROR apart in that sense,
+  the interpolant lowered by half of it.
+- Two stages (SwiGLU beyond TWO_STAGE_LENGTH, where one stage's lanes and fp32 rounding grow): a
+  coarse interpolant p within e <= sqrt(NEWTON_ERROR * (c + 1)) of c, then one Newton step
+  for the reciprocal, a = p + 1, c' = a * (2 - a * y) - 1 = c - e**2 / (c + 1): two products
+  (two SwiGLU lanes each), O(max_seq_len ** (1/4)) lanes in all.
+
 The result is within POSITION_TOLERANCE of i at every position, measured at compile time by
-replaying the interpolant in fp32.
+replaying the decoder in fp32.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from functools import lru_cache
 
+import numpy as np
 import torch
 
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops import attention
+from torchwright_fx.ops import attention, ffn
 from torchwright_fx.ops.attention import Geometry, GeometryError
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.ops.numerics import SILU_SCALE, UNDERFLOW
@@ -26,6 +40,16 @@ from torchwright_fx.ops.numerics import SILU_SCALE, UNDERFLOW
 # Integer-valued streams are consumed by ramps placed a quarter unit from every integer
 # (numerics.INTEGER_RAMP_LO), so any error below that is harmless; we demand far less.
 POSITION_TOLERANCE = 0.05
+# One stage: the interpolant is at most this far above the count between knots; lowered by
+# half of it, within CHORD_ERROR / 2 of it plus fp32 rounding. Consumers add positions (a
+# gather's source, steps_since), so the decoder stays well inside the tolerance.
+CHORD_ERROR = 0.002
+# Two stages: the Newton step leaves at most this error (e**2 / (c+1) with the coarse error e
+# allowed to grow as sqrt(NEWTON_ERROR * (c + 1))).
+NEWTON_ERROR = 0.001
+# Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
+# lanes grow as sqrt(max_seq_len / CHORD_ERROR) and its fp32 rounding nears 0.01 at 8192.
+TWO_STAGE_LENGTH = 4096
 
 
 def samples(n: int) -> torch.Tensor:
@@ -33,37 +57,151 @@ def samples(n: int) -> torch.Tensor:
     return 1.0 / torch.arange(1, n + 1, dtype=torch.float32)
 
 
+def _knot_counts(n: int, allowed: Callable[[int], float]) -> list[int]:
+    """Counts 0 = k_0 < k_1 < ... = n - 1, each as far from the last as the chord between them
+    stays within allowed(c) of every count c in between (the chord lies above: c(y) is
+    convex)."""
+    y = samples(n).double().numpy()
+    counts = np.arange(n, dtype=np.float64)
+    limit = np.array([allowed(c) for c in range(n)])
+    chosen, a = [0], 0
+    while a < n - 1:
+        b = a + 1
+        while b + 1 <= n - 1:
+            cand = b + 1
+            mid = slice(a + 1, cand)
+            chord = a + (cand - a) * (y[mid] - y[a]) / (y[cand] - y[a])
+            if np.any(chord - counts[mid] > limit[mid]):
+                break
+            b = cand
+        chosen.append(b)
+        a = b
+    return chosen
+
+
 @lru_cache(maxsize=32)
-def knots(n: int) -> tuple[tuple[float, float, float], ...]:
-    """(y_k, slope change a_k, sharpness) for k = 0..n-2: f(y) = sum a_k relu(y_k - y)."""
+def _counts(n: int, two_stage: bool) -> tuple[int, ...]:
+    allowed = (lambda c: math.sqrt(NEWTON_ERROR * (c + 1))) if two_stage else \
+        (lambda c: CHORD_ERROR)
+    return tuple(_knot_counts(n, allowed))
+
+
+@lru_cache(maxsize=32)
+def knots(n: int, two_stage: bool = False) -> tuple[tuple[float, float, float], ...]:
+    """(y_k, slope change a_k, sharpness) per knot: f(y) = sum a_k relu(y_k - y)."""
+    counts = _counts(n, two_stage)
     y = samples(n).double()
     gaps = y[:-1] - y[1:]  # y_k - y_{k+1} > 0
-    slopes = 1.0 / gaps  # -(slope of f) on [y_{k+1}, y_k]
-    a = torch.cat([slopes[:1], slopes[1:] - slopes[:-1]])
-    out = []
-    for k in range(n - 1):
-        nearest = float(gaps[k]) if k == 0 else min(float(gaps[k]), float(gaps[k - 1]))
-        out.append((float(y[k]), float(a[k]), UNDERFLOW * 1.05 / (SILU_SCALE * nearest)))
+    out, before = [], 0.0
+    for a, b in zip(counts[:-1], counts[1:], strict=True):
+        slope = (b - a) / float(y[a] - y[b])  # -(slope of f) on [y_b, y_a]
+        nearest = float(gaps[a]) if a == 0 else min(float(gaps[a]), float(gaps[a - 1]))
+        out.append((float(y[a]), slope - before, UNDERFLOW * 1.05 / (SILU_SCALE * nearest)))
+        before = slope
     return tuple(out)
 
 
 @lru_cache(maxsize=32)
-def measured_error(n: int) -> float:
-    """Worst |f(y_i) - i| over all positions, replaying the SwiGLU lanes in fp32."""
+def chord_error(n: int, two_stage: bool = False) -> float:
+    """The interpolant's largest excess over the count (exact arithmetic)."""
+    y = samples(n).double()
+    counts = _counts(n, two_stage)
+    excess = 0.0
+    for a, b in zip(counts[:-1], counts[1:], strict=True):
+        c = torch.arange(a + 1, b, dtype=torch.float64)
+        if len(c):
+            chord = a + (b - a) * (y[a + 1:b] - y[a]) / (y[b] - y[a])
+            excess = max(excess, float((chord - c).max()))
+    return excess
+
+
+def _offset(n: int, two_stage: bool) -> float:
+    """The constant added to the interpolant: one stage centres its chord error."""
+    return 0.0 if two_stage else -chord_error(n) / 2
+
+
+def _silu_lanes(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """fp32 SiLU(g) * u + SiLU(-g) * (-u): a SwiGLU product's two lanes, summed."""
+    silu = torch.nn.functional.silu
+    return silu(gate) * up + silu(-gate) * (-up)
+
+
+def _replay(n: int, machine: str, two_stage: bool) -> torch.Tensor:
+    """The decoder's output at every position, in fp32 as the runtime computes it."""
     y = samples(n)
-    total = torch.zeros(n, dtype=torch.float32)
-    for yk, ak, sharp in knots(n):
+    f32 = torch.float32
+    total = torch.zeros(n, dtype=f32)
+    for yk, ak, sharp in knots(n, two_stage):
         k = SILU_SCALE * sharp
-        f32 = torch.float32
         gate = torch.tensor(k * yk, dtype=f32) - torch.tensor(k, dtype=f32) * y
-        total += torch.nn.functional.silu(gate) * torch.tensor(ak / k, dtype=torch.float32)
-    return float((total.double() - torch.arange(n, dtype=torch.float64)).abs().max())
+        act = torch.nn.functional.silu(gate) if machine == "swiglu" else torch.relu(gate)
+        total += act * torch.tensor(ak / k, dtype=f32)
+    first = total + torch.tensor(_offset(n, two_stage), dtype=f32)
+    if not two_stage:
+        return first
+    a = first + 1.0
+    u = _silu_lanes(a, y)
+    return _silu_lanes(a, 2.0 - u) - 1.0
+
+
+@lru_cache(maxsize=64)
+def measured_error(n: int, machine: str = "swiglu", two_stage: bool = False) -> float:
+    """Worst |decoded - i| over all positions, replaying the lanes in fp32."""
+    got = _replay(n, machine, two_stage).double()
+    return float((got - torch.arange(n, dtype=torch.float64)).abs().max())
+
+
+def _bound(n: int, measured: float) -> float:
+    """Twice the fp32 replay (the runtime may round its sums in another order), plus fp32
+    rounding of i itself (2**-23 relative)."""
+    return 2.0 * measured + n * 2.0 ** -23
+
+
+@lru_cache(maxsize=64)
+def two_stages(machine: str, n: int) -> bool:
+    """Whether the decoder takes the Newton stage (SwiGLU beyond TWO_STAGE_LENGTH)."""
+    return machine == "swiglu" and n > TWO_STAGE_LENGTH
 
 
 def noise(machine: str, n: int) -> float:
-    """The bound on |compiled position - i|: twice the fp32 replay of the decoder (the runtime
-    may round its sums in another order), plus fp32 rounding of i itself (2**-23 relative)."""
-    return 2.0 * measured_error(n) + n * 2.0 ** -23
+    """The bound on |compiled position - i|."""
+    return _bound(n, measured_error(n, machine, two_stages(machine, n)))
+
+
+def lane_count(machine: str, n: int) -> int:
+    """MLP lanes of one decoder (knots, plus two products of two lanes in two stages)."""
+    two = two_stages(machine, n)
+    return len(knots(n, two)) + (4 if two else 0)
+
+
+def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source: str) -> Lin:
+    """The count c from a head's output fl(1/(c+1)) (c < max_seq_len)."""
+    n, machine = geom.max_seq_len, prog.machine
+    two = two_stages(machine, n)
+    if noise(machine, n) > POSITION_TOLERANCE:
+        raise GeometryError(f"position decoding error {noise(machine, n):.3f} at "
+                            f"max_seq_len={n} exceeds {POSITION_TOLERANCE}")
+    bank = Bank(machine, 1)
+    for yk, ak, sharp in knots(n, two):
+        bank.hinge(0, yk - inverse, ak, sharpness=sharp)
+    final = Interval(0.0, n - 1, True, noise=noise(machine, n))
+    if not two:
+        bank.const(0, _offset(n, two))
+        (count,) = bank.finish(prog, [final], name, source)
+        return count
+    # the coarse stage, then the Newton step a * (2 - a * y) - 1 (a = coarse + 1)
+    top = max(math.sqrt(NEWTON_ERROR * n), 1.0)
+    (coarse,) = bank.finish(prog, [Interval(-1.0, n - 1 + 2 * top)], f"{name}.coarse", source)
+    a, ra = coarse + 1.0, Interval(0.0, n + 2 * top)
+    ry = Interval(0.0, 1.0)
+    product = Bank(machine, 1)
+    ffn.product(product, 0, a, ra, inverse, ry)
+    (u,) = product.finish(prog, [Interval(0.0, 2.0)], f"{name}.newton", source)
+    step = Bank(machine, 1)
+    ffn.product(step, 0, a, ra, 2.0 - u, Interval(0.0, 2.0))
+    step.const(0, -1.0)
+    (count,) = step.finish(prog, [final], name, source)
+    return count
 
 
 def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> Lin:
@@ -76,17 +214,3 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     pos = decode_count(prog, geom, inverse, f"{name}.position", source)
     prog.memo["position"] = pos
     return pos
-
-
-def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source: str) -> Lin:
-    """The count c from a head's output fl(1/(c+1)) (c < max_seq_len): one hinge per knot."""
-    n = geom.max_seq_len
-    if prog.machine == "swiglu" and measured_error(n) > POSITION_TOLERANCE:
-        raise GeometryError(f"position decoding error {measured_error(n):.3f} at "
-                            f"max_seq_len={n} exceeds {POSITION_TOLERANCE}")
-    bank = Bank(prog.machine, 1)
-    for yk, ak, sharp in knots(n):
-        bank.hinge(0, yk - inverse, ak, sharpness=sharp)
-    (count,) = bank.finish(prog, [Interval(0.0, n - 1, True, noise=noise(prog.machine, n))],
-                           name, source)
-    return count

@@ -1,0 +1,100 @@
+"""Long contexts (issue 18): shift, latch, steps_since and mean compiled at max_seq_len 16384
+and run through transformers on prompts of 16,000 tokens.
+
+Beyond 2048 positions the heads carry 6 rotary dims (a fine plane sharpens a shift's peak),
+the recency lobe is phased so that its logits grow linearly in the length, and the position
+decoder is a coarse interpolant plus one Newton step (ops/position.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import load_hf
+
+import torchwright_fx as tw
+from torchwright_fx.ops import position
+
+LENGTH = 16384
+VOCAB = tw.Vocab("0123456789ab=\n")
+
+
+def _digit(x: torch.Tensor) -> torch.Tensor:
+    return tw.lookup(x, {str(i): i for i in range(10)}, default=0)
+
+
+def long_lines(x: torch.Tensor) -> torch.Tensor:
+    """At every position: (the digit two back + the digit before the latest '=' + whether the
+    latest newline is under 3 tokens back) mod 10, as a digit."""
+    d = _digit(x)
+    before = tw.shift(d, 2)
+    at_eq = tw.latch(tw.shift(d, 1), tw.is_token(x, "="))
+    fresh = (tw.steps_since(tw.is_token(x, "\n")) < 3).float()
+    return tw.token("0") + torch.remainder(before + at_eq + fresh, 10)
+
+
+def share_of_a(x: torch.Tensor) -> torch.Tensor:
+    return tw.mean(tw.is_token(x, "a"))
+
+
+def _stream(n: int, seed: int) -> str:
+    """Lines of 1..3000 random symbols (digits, a, b, =), cut to n characters."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        out.extend("".join(rng.choice("0123456789ab=") for _ in range(rng.randint(1, 3000))))
+        out.append("\n")
+    return "".join(out[:n])
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory):
+    program = tw.compile(long_lines, vocab=VOCAB, max_seq_len=LENGTH)
+    model, _ = load_hf(program.save_pretrained(tmp_path_factory.mktemp("long") / "m"))
+    return program, model
+
+
+def test_shift_latch_steps_since_are_right_on_16000_tokens_through_transformers(long_model):
+    program, model = long_model
+    stats = program.stats()
+    assert stats["approximations"] == [] and stats["max_seq_len"] == LENGTH
+    for seed in (1, 2):
+        ids = VOCAB.encode(_stream(16000, seed))
+        want = program.traced.run(ids).long()
+        with torch.no_grad():
+            got = model(torch.tensor([ids])).logits[0].argmax(-1)
+        assert torch.equal(got, want), (seed, torch.nonzero(got != want)[:5].flatten())
+
+
+def test_mean_at_16384_is_within_its_certified_bound_through_transformers(tmp_path):
+    program = tw.compile(share_of_a, vocab=VOCAB, max_seq_len=LENGTH, output="value").compile()
+    out, rng = program.build.program.output, program.build.program.output_range
+    assert 0 < rng.noise < 1e-3  # ((n + 1) / 2 + 2) * 2**-24 of max|v| = 1
+    model, _ = load_hf(program.save_pretrained(tmp_path / "mean"))
+    ids = VOCAB.encode(_stream(16000, 3))
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+    columns = program.build.plan.columns
+    got = torch.full((len(ids),), out.const, dtype=torch.float64)
+    for sid, coef in out.terms.items():
+        got += coef * hidden[:, columns[sid]].double()
+    with tw.using_vocab(VOCAB):
+        want = share_of_a(VOCAB.one_hot(ids)).double().reshape(-1)
+    assert (got - want).abs().max() <= rng.noise
+
+
+def test_the_position_decoder_grows_sublinearly():
+    lanes = {n: position.lane_count("swiglu", n) for n in (512, 2048, 16384, 32768)}
+    assert lanes[2048] < 2047 and lanes[16384] < 200 and lanes[32768] < 2 * lanes[16384]
+    for n in (512, 2048, 4096, 16384):
+        assert position.noise("swiglu", n) < position.POSITION_TOLERANCE / 2
+
+
+@pytest.mark.slow
+def test_binary_increment_at_16384_has_under_a_million_parameters():
+    from examples import binary_increment
+
+    program = binary_increment.make(max_seq_len=LENGTH).compile()
+    assert program.stats()["parameters"] < 1_000_000
+    for bits in ("1", "1011", "1" * 10, "0" * 9 + "1"):
+        assert program.generate(bits + "\n") == program.reference(bits + "\n")

@@ -344,7 +344,8 @@ def _certificate(s: dict[str, Any]) -> str:
     else:
         steps = "every step exact" if not s["approximations"] else \
             f"{len(s['approximations'])} approximate steps (exact=False)"
-        head = f", certified: {steps}, output logit margin {s['output_margin']:.3g}"
+        head = (f", certified at every length up to max_seq_len={s['max_seq_len']}: {steps}, "
+                f"output logit margin {s['output_margin']:.3g}")
     return head + "".join(f"\n  approximate: {a}" for a in s["approximations"])
 
 

@@ -650,7 +650,10 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
                         f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and "
                         f"the position squared be off by {square_noise:.3g} (the "
                         f"{ctx.prog.machine} machine's product tables), more than its attention "
-                        "margin allows", "lower max_seq_len, or compile with machine='swiglu'")
+                        "margin allows", "lower max_seq_len" + (
+                            ", or compile with machine='swiglu'" if ctx.prog.machine == "relu"
+                            else " (the logits grow with its square), or read a fixed distance "
+                            "back with tw.shift"))
     # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
     terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
     ranges = _moved(ctx, v.ranges)

@@ -7,7 +7,9 @@ Then the scaling section of docs/benchmarks.md, with its plots docs/scaling_comp
 docs/scaling_seq_len.png: compile seconds per stage and peak memory against the size of a
 generated program (scripts/bigprog.py: 1k, 3k, 10k fx nodes with the heuristic, 1k and 3k
 with CP-SAT), each in its own process; and layers, d_model, parameters, compile seconds and
-tokens/s against max_seq_len for binary_increment and a small latch/shift program.
+tokens/s against max_seq_len for binary_increment and a small latch/shift program; and the
+same against the operand width N for the calculators (scripts/bench_calc.py, with
+docs/scaling_calculators.png).
 
     python scripts/bench.py [--only NAME ...] [--optimize N] [--no-scaling | --scaling-only]
 
@@ -432,9 +434,12 @@ def scaling_plots(compile_rows: list[dict], seq_rows: list[dict]) -> None:
 
 
 def scaling() -> str:
-    compile_rows, seq_rows = compile_scaling(), seq_len_scaling()
+    from bench_calc import calc_markdown, calc_plot, calc_scaling
+
+    compile_rows, seq_rows, calc_rows = compile_scaling(), seq_len_scaling(), calc_scaling()
     scaling_plots(compile_rows, seq_rows)
-    return scaling_markdown(compile_rows, seq_rows)
+    calc_plot(calc_rows, ROOT / "docs" / "scaling_calculators.png")
+    return scaling_markdown(compile_rows, seq_rows) + "\n".join(calc_markdown(calc_rows)) + "\n"
 
 
 def main() -> None:

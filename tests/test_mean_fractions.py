@@ -1,4 +1,4 @@
-"""The fraction sets of tw.mean (ops/ffn.py Fractions): the attainable values nearest a
+"""The fraction sets of tw.mean (ops/ffn/grids.py Fractions): the attainable values nearest a
 threshold, against brute force, and the ramps a comparison puts between them."""
 
 from __future__ import annotations

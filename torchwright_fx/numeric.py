@@ -1,6 +1,6 @@
 """Numeric intrinsics: piecewise-linear functions of one value, reciprocal, 2-D lookups, digit
 conversions and vector equality. Each is an eager reference (exact math on tensors) plus a
-lowering (DESIGN §2.2, §6); the constructions live in ``ops/ffn.py``, the errors they carry
+lowering (DESIGN §2.2, §6); the constructions live in ``ops/ffn/``, the errors they carry
 are measured in ``docs/numerical_noise.md``.
 
 - ``piecewise(fn, v, breakpoints)``: the linear interpolant of ``fn`` through the breakpoints

@@ -2,7 +2,7 @@
 to one rule ``rule(ctx, *args, **kwargs) -> Stream``. A rule builds the output's affine forms
 (linear ops: no producer at all) or FFN banks (non-linear ops), and derives the output's value
 ranges from its inputs' ranges. Intrinsics carry their own rule (``intrinsics.py``,
-``numeric.py``). The constructions themselves are in ``ops/ffn.py``.
+``numeric.py``). The constructions themselves are in ``ops/ffn/``.
 """
 
 from __future__ import annotations

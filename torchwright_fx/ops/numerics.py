@@ -60,7 +60,7 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
 
 
-# -- FFN constructions (ops/ffn.py) -----------------------------------------------------------
+# -- FFN constructions (ops/ffn/) --------------------------------------------------------------
 # max_y |SiLU(y) - relu(y)| = max_y |y| * sigmoid(-|y|): the maximum sits where y*sigmoid(y) = 1
 # (y = 1.27846...), and its value is y - 1. A hinge of sharpness s errs by at most this / (S*s).
 HINGE_MAX_ERROR = 0.2784645427610738

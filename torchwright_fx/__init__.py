@@ -5,20 +5,14 @@ from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
 from torchwright_fx.capture.errors import CompileError, TorchwrightError
 from torchwright_fx.intrinsics import (
-    argmax,
-    argmin,
     check,
     claim,
     code,
     emit,
-    gather,
     is_token,
     latch,
     lookup,
-    mean,
-    position,
     shift,
-    steps_since,
     token,
     using_vocab,
 )
@@ -30,6 +24,7 @@ from torchwright_fx.numeric import (
     piecewise,
     reciprocal,
 )
+from torchwright_fx.positional import argmax, argmin, gather, mean, position, steps_since
 from torchwright_fx.selectors import aggregate, select, select_latest, selector_width
 from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab

@@ -22,8 +22,8 @@ certificate (DESIGN §5), and the proof that the output is a whole token code.
   reference and the compiled model except where a value that is not reached exactly enough
   can sit on its threshold (``ops/ties.py``): there the reference may fall on either side.
 
-Every rule derives the facts of its output from those of its inputs (``lower/table.py``,
-``intrinsics.py``, ``numeric.py``); the rules here are the arithmetic they share.
+Every rule derives the facts of its output from those of its inputs (``lower/table/``,
+``intrinsics.py``, ``positional.py``, ``numeric.py``); the rules here are the arithmetic they share.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class Interval:
     noise: float = 0.0
     # A whole number in exact math that both the reference (fp32) and the compiled model only
     # reach to within rounding (a mean times its count): no lattice for steps in general, but
-    # torch.round of it is exact in both (``lower/table.py: rounded``).
+    # torch.round of it is exact in both (``lower/table/rounding.py: rounded``).
     near_integral: bool = False
     rounding: int = EXACT  # EXACT | ONCE | INEXACT: how the fp32 reference reaches the value
 

@@ -1,0 +1,196 @@
+"""Products, powers, reciprocals and division."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any
+
+import torch
+
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import (
+    Interval,
+    lattice_product,
+)
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
+from torchwright_fx.lower.table.base import (
+    Columns,
+    _divided,
+    _scale,
+    _streams,
+    grid,
+    pwl_stream,
+    read_noise,
+    rule,
+    user_errors,
+)
+from torchwright_fx.lower.table.rounding import rounded
+from torchwright_fx.ops import ffn, numerics
+
+
+# -- products, powers, reciprocals ----------------------------------------------------------------
+@rule(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
+def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
+    w = ctx.out_width
+    if is_const(b) or is_const(a):
+        stream, k = (a, b) if is_const(b) else (b, a)
+        return _scale(to_stream(stream, w), const_vector(k, w))
+    x, y = _streams(ctx, a, b)
+    return product(ctx, x, y, step)
+
+
+def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> Stream:
+    """Elementwise x * y of two streams (SwiGLU: one saturated lane on small lattices, exact;
+    else 2 lanes, within fp32 rounding; ReLU: a 0/1 gate, else the quarter-square tables over
+    the declared ranges)."""
+    cols = Columns(ctx, x.width)
+    shifted: set[int] = set()
+    with user_errors(ctx):
+        for i in range(x.width):
+            a, ra, b, rb = x.cols[i], x.ranges[i], y.cols[i], y.ranges[i]
+            shift = ffn.saturating_shift(ra, rb) if ctx.prog.machine == "swiglu" else None
+            if shift is not None and not (ra.is_bool or rb.is_bool):
+                # SiLU(a + M) = a + M exactly once a + M >= SATURATION: one lane gives
+                # (a + M) * b exactly on integers, and -M * b rides in the affine part.
+                cols.bank.lane(i, a + shift, b)
+                cols.affine[i] = cols.affine[i] + b * (-shift)
+                cols.lanes[i] = ra.shift(shift) * rb
+                shifted.add(i)
+                continue
+            if ctx.prog.machine == "swiglu" or ra.is_bool or rb.is_bool:
+                ffn.product(cols.bank, i, a, ra, b, rb)
+                cols.whole(i)
+                continue
+            grids = (grid(ctx, a, ra), grid(ctx, b, rb))
+            for part_x, part_r, f, err in ffn.quarter_square_tables(a, ra, b, rb, step, grids):
+                cols.pwl(i, part_x, part_r, f)
+                cols.noise[i] += err
+    ranges: list[Interval] = []
+    for p, q, r, s in zip(x.cols, y.cols, x.ranges, y.ranges, strict=True):
+        out = _square_range(r) if p == q else r * s
+        if _mean_times_count(ctx, p, r, q) or _mean_times_count(ctx, q, s, p):
+            out = dataclasses.replace(out, near_integral=True)
+        if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):
+            out = out.with_noise(out.noise + ffn.product_rounding(r, s, len(ranges) in shifted))
+        if ctx.prog.machine == "swiglu" or r.is_bool or s.is_bool:  # the lanes read p and q
+            ep, eq = read_noise(ctx, p), read_noise(ctx, q)
+            out = out.with_noise(out.noise + ep * s.magnitude + eq * r.magnitude + ep * eq)
+        ranges.append(out)
+    return cols.finish(ranges, x.is_bool and y.is_bool)
+
+
+def _mean_times_count(ctx: LowerCtx, m: Lin, rm: Interval, count: Lin) -> bool:
+    """m is a mean of whole numbers over every position (tw.mean without where) and count is
+    the number of positions it averages, position + 1: their product is a whole number."""
+    pos = ctx.prog.memo.get("position")
+    return (rm.max_den > 0 and rm.den_group == -1 and isinstance(pos, Lin)
+            and len(m.terms) == 1 and m.const == 0 and count == pos + 1.0)
+
+
+def _square_range(r: Interval) -> Interval:
+    lo = 0.0 if r.lo <= 0 <= r.hi else min(r.lo * r.lo, r.hi * r.hi)
+    return Interval.of(lo, max(r.lo * r.lo, r.hi * r.hi), lattice_product(r.lattice, r.lattice),
+                       2 * r.magnitude * r.noise + r.noise * r.noise, r.derived())
+
+
+def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream:
+    """x ** n for a constant integer n >= 0: SwiGLU multiplies exactly (repeated squaring);
+    ReLU reads a table of t ** n over x's declared range (exact on lattice points)."""
+    if n == 0:
+        return Stream.const([1.0] * x.width)
+    if n == 1:
+        return x
+    if ctx.prog.machine == "swiglu":
+        half = power(ctx, x, n // 2)
+        sq = product(ctx, half, half)
+        return product(ctx, sq, x) if n % 2 else sq
+    fs, ranges = [], []
+    with user_errors(ctx):
+        for c, r in zip(x.cols, x.ranges, strict=True):
+            ffn.need_finite(r, f"x ** {n} on the ReLU machine")
+            knots = ffn.table_knots(r, grid(ctx, c, r), step)
+            fs.append(ffn.power_pwl(knots, n))
+            out = _power_range(r, n)
+            ranges.append(out.with_noise(ffn.table_error(knots, grid(ctx, c, r), n)))
+    cols = Columns(ctx, x.width)
+    for i, (c, r, f) in enumerate(zip(x.cols, x.ranges, fs, strict=True)):
+        cols.pwl(i, c, r, f)
+        cols.noise[i] += ranges[i].noise
+    return cols.finish(ranges)
+
+
+def _power_range(r: Interval, n: int) -> Interval:
+    lat = r.lattice
+    for _ in range(n - 1):
+        lat = lattice_product(lat, r.lattice)
+    noise = n * r.magnitude ** (n - 1) * r.noise * 2  # first order, doubled for the rest
+    if n % 2 == 0:
+        return Interval.of(_square_range(r).lo ** (n // 2) if r.lo * r.hi > 0 else 0.0,
+                           r.magnitude ** n, lat, noise, r.derived())
+    return Interval.of(r.lo ** n, r.hi ** n, lat, noise, r.derived())
+
+
+@rule(torch.square, methods=("square",))
+def _square(ctx: LowerCtx, a: Any, *, step: float | None = None) -> Stream:
+    return power(ctx, to_stream(a, ctx.out_width), 2, step)
+
+
+@rule(operator.pow, torch.pow, methods=("pow", "__pow__"))
+def _pow(ctx: LowerCtx, a: Any, n: Any) -> Stream:
+    if not isinstance(a, Stream) or isinstance(n, Stream) or not float(n).is_integer() \
+            or n < 0:
+        raise ctx.error(f"a power with exponent {n!r}",
+                        "only stream ** (constant integer >= 0) compiles; use tw.piecewise for "
+                        "other functions of one value")
+    return power(ctx, to_stream(a, ctx.out_width), int(n))
+
+
+@rule(torch.reciprocal, methods=("reciprocal",))
+def _reciprocal_rule(ctx: LowerCtx, a: Any) -> Stream:
+    return reciprocal(ctx, to_stream(a, ctx.out_width))
+
+
+def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> Stream:
+    """1/x over a declared range of one sign: a piecewise-linear table, exact on lattice
+    points when there are few, else within rel_tol relative (half interpolation, half
+    SwiGLU corner rounding)."""
+    fs, ranges = [], []
+    with user_errors(ctx):
+        for c, r in zip(x.cols, x.ranges, strict=True):
+            knots = ffn.reciprocal_knots(r, grid(ctx, c, r), rel_tol)
+            f = ffn.reciprocal_pwl(knots)
+            sharp = ffn.sharpness_for(knots, f, lambda k: rel_tol / 2 / abs(k),
+                                      ctx.prog.machine, "1/x")
+            fs.append(ffn.with_sharpness(f, sharp))
+            lo, hi = sorted((1.0 / r.lo, 1.0 / r.hi))
+            slack = rel_tol * max(abs(lo), abs(hi)) if ctx.prog.machine == "swiglu" else 0.0
+            exact_on_grid = ctx.prog.machine == "relu" and grid(ctx, c, r) is not None and \
+                len(knots) >= grid(ctx, c, r).count(r)  # type: ignore[union-attr]
+            err = 0.0 if exact_on_grid else rel_tol * max(abs(lo), abs(hi))
+            ranges.append(Interval(lo - slack, hi + slack, noise=err))
+    return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+
+
+@rule(operator.truediv, torch.div, torch.true_divide, methods=(
+    "div", "__truediv__", "true_divide"))
+def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
+    w = ctx.out_width
+    if is_const(b):
+        quotient = _divided(to_stream(a, w), const_vector(b, w))
+    elif is_const(a):  # c / x
+        quotient = _scale(reciprocal(ctx, to_stream(b, w)), const_vector(a, w))
+    else:
+        x, y = _streams(ctx, a, b)
+        quotient = product(ctx, x, reciprocal(ctx, y))
+    if rounding_mode is None:
+        return quotient
+    if rounding_mode not in ("floor", "trunc"):
+        raise ctx.error(f"rounding_mode={rounding_mode!r}")
+    return rounded(ctx, quotient, rounding_mode)
+
+
+@rule(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
+def _floordiv(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+    return _div(ctx, a, b, rounding_mode="floor")

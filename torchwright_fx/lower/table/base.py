@@ -1,0 +1,138 @@
+"""The rule registry and what every rule shares: facts helpers, the Columns of one FFN bank."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import (
+    Interval,
+    lattice_scale,
+    lattice_sum,
+)
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, to_stream
+from torchwright_fx.ops import ffn
+from torchwright_fx.ops.ffn import Grid, Pwl
+
+Rule = Callable[..., Any]
+FUNCTIONS: dict[Any, Rule] = {}
+METHODS: dict[str, Rule] = {}
+INF = math.inf
+
+
+def rule(*functions: Any, methods: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        for f in functions:
+            FUNCTIONS[f] = fn
+        for m in methods:
+            METHODS[m] = fn
+        return fn
+
+    return deco
+
+
+def _streams(ctx: LowerCtx, *values: Any) -> list[Stream]:
+    return [to_stream(v, ctx.out_width) for v in values]
+
+
+@contextlib.contextmanager
+def user_errors(ctx: LowerCtx) -> Iterator[None]:
+    """Turn a construction's RangeError into a CompileError naming the user's line."""
+    try:
+        yield
+    except ffn.RangeError as e:
+        raise ctx.error(str(e)) from None
+
+
+def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
+    return ffn.grid_of(x, rng, lambda sid: ctx.prog.signals[sid].range)
+
+
+def read_noise(ctx: LowerCtx, x: Lin) -> float:
+    """How far fp32 may move x where a lane reads it (0 when the read is exact)."""
+    return ffn.read_rounding(x, lambda sid: ctx.prog.signals[sid].range, ctx.prog.embed_tables)
+
+
+def value_set(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | ffn.Fractions | None:
+    """Where a step may put its ramp: x's lattice, else the fractions of a mean, else None."""
+    return grid(ctx, x, rng) or ffn.fractions_of(x, lambda sid: ctx.prog.signals[sid].range)
+
+
+class Columns:
+    """One FFN bank being filled column by column. A column is either a ``Pwl`` of one value
+    (its affine part kept outside the bank) or bank-complete (``whole``: lanes + constants).
+
+    Noise: for a pwl column the rule's range carries only the function's own error (a table's
+    interpolation error; 0 for exact ops), and ``finish`` adds what the emission costs: the
+    input's noise through f's steepest reachable segment and the SwiGLU corners."""
+
+    def __init__(self, ctx: LowerCtx, width: int):
+        self.ctx, self.bank = ctx, ctx.bank(width)
+        self.affine = [Lin() for _ in range(width)]
+        self.lanes: list[Interval | None] = [Interval.point(0.0)] * width
+        self.noise = [0.0] * width
+
+    def pwl(self, i: int, x: Lin, rng: Interval, f: Pwl) -> None:
+        e = ffn.emit(self.bank, i, x, rng, f)
+        self.affine[i] = self.affine[i] + e.affine
+        lanes = self.lanes[i]
+        assert lanes is not None, "a column is either pwl or whole"
+        self.lanes[i] = lanes + e.lanes
+        signal_range = self.ctx.prog.signals.__getitem__
+        stored, tables = (lambda sid: signal_range(sid).range), self.ctx.prog.embed_tables
+        exact = ffn.exact_lanes(f, x, rng, stored, tables)
+        if not exact:  # the gates' fp32 sums, as large as the stored signals, round x too
+            rng = rng.with_noise(rng.noise + ffn.gate_rounding(x, stored, tables))
+        self.noise[i] += ffn.pwl_noise(f, rng, value_set(self.ctx, x, rng), self.ctx.prog.machine,
+                                       exact)
+
+    def whole(self, i: int) -> None:
+        self.lanes[i] = None
+
+    def finish(self, ranges: Sequence[Interval], is_bool: bool = False) -> Stream:
+        signal_ranges, column_ranges = [], []
+        for i, (lanes, rng, affine) in enumerate(zip(self.lanes, ranges, self.affine,
+                                                     strict=True)):
+            if lanes is None:
+                signal_ranges.append(rng)
+                column_ranges.append(rng)
+                continue
+            rng = rng.with_noise(rng.noise + self.noise[i])
+            # The signal holds f(x) minus the affine part: on the difference of the lattices.
+            aff = ffn.lin_lattice(affine, lambda sid: self.ctx.prog.signals[sid].range)
+            lat = lattice_sum(rng.lattice, lattice_scale(aff, -1.0))
+            signal_ranges.append(Interval.of(lanes.lo, lanes.hi, lat, rng.noise))
+            column_ranges.append(rng)
+        cols = self.ctx.finish(self.bank, signal_ranges)
+        cols = [c + a for c, a in zip(cols, self.affine, strict=True)]
+        return Stream(cols, column_ranges, is_bool)
+
+
+def pwl_stream(ctx: LowerCtx, xs: Sequence[Lin], rngs: Sequence[Interval], fs: Sequence[Pwl],
+               ranges: Sequence[Interval], is_bool: bool = False) -> Stream:
+    """Column i = fs[i](xs[i]), in one bank."""
+    cols = Columns(ctx, len(fs))
+    for i, (x, r, f) in enumerate(zip(xs, rngs, fs, strict=True)):
+        cols.pwl(i, x, r, f)
+    return cols.finish(ranges, is_bool)
+
+
+def _scale(x: Stream, ks: list[float]) -> Stream:
+    return Stream([c * k for c, k in zip(x.cols, ks, strict=True)],
+                  [r.scale(k) for r, k in zip(x.ranges, ks, strict=True)])
+
+
+def _divided(x: Stream, ks: list[float]) -> Stream:
+    """x / k for constants k (``Interval.divided``: one correctly rounded division)."""
+    return Stream([c.divided(k) for c, k in zip(x.cols, ks, strict=True)],
+                  [r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool)
+
+
+def _last_dim(ctx: LowerCtx, dim: Any, what: str) -> None:
+    if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
+        raise ctx.error(f"{what} over positions (or all dims)", f"{what} over the last dim: "
+                        f"v.{what}(-1)")

@@ -1,0 +1,195 @@
+"""Comparisons, logic and torch.where."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import (
+    BOOL,
+    EXACT,
+    INEXACT,
+    ONCE,
+    read_float,
+)
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
+from torchwright_fx.lower.table.base import (
+    Columns,
+    Rule,
+    _last_dim,
+    _scale,
+    _streams,
+    pwl_stream,
+    read_noise,
+    rule,
+    user_errors,
+    value_set,
+)
+from torchwright_fx.lower.table.linear import _add
+from torchwright_fx.ops import ffn
+from torchwright_fx.ops.ffn import Grid, Pwl, Step
+from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant
+
+
+# -- comparisons and logic ------------------------------------------------------------------------
+def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
+    w = ctx.out_width
+    if op in ("lt", "le"):
+        a, b, op = b, a, {"lt": "gt", "le": "ge"}[op]
+    if is_const(b):
+        x, ts = to_stream(a, w), const_vector(b, w)
+    elif is_const(a):
+        x, ts = _scale(to_stream(b, w), [-1.0] * w), [-t for t in const_vector(a, w)]
+    else:
+        y = to_stream(b, w)
+        x = _add(ctx, a, _scale(y, [-1.0] * w))
+        # the reference compares a with b, never forms a - b: rounding is monotone, so only
+        # a side reached INEXACTly can disagree with the exact comparison
+        x = Stream(x.cols, [d.with_rounding(EXACT if max(p.rounding, q.rounding) <= ONCE
+                                            else INEXACT)
+                            for d, p, q in zip(x.ranges, to_stream(a, w).ranges, y.ranges,
+                                               strict=True)])
+        ts = [0.0] * w
+    fs = []
+    with user_errors(ctx):
+        for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
+            values = value_set(ctx, c, r)
+            refuse_ties(r, values, [read_float(t)], "this comparison")
+            refuse_unheld_constant(t, r, values, "this comparison")
+            fs.append(_compare_pwl(op, t, values))
+            ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
+            ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)
+    return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
+
+
+COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "
+                  "digit by digit, a count instead of a weighted total), or narrow the range "
+                  "with torch.clamp or tw.claim")
+
+
+def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:
+    """[x > t], [x >= t], [x == t] or [x != t] as a staircase (== needs a grid or a mean's
+    fractions: exact)."""
+    if op in ("gt", "ge"):
+        return ffn.staircase(0.0, [Step(t, op == "gt")], g)
+    if g is None:
+        raise ffn.RangeError("== and != need an integer-valued (or grid-valued) stream; "
+                             "compare with a tolerance, or declare it with "
+                             "tw.claim(v, lo, hi, integral=True)")
+    sign = 1.0 if op == "eq" else -1.0
+    return ffn.staircase(0.0 if op == "eq" else 1.0,
+                         [Step(t, False, sign), Step(t, True, -sign)], g)
+
+
+def _comparison(op: str) -> Rule:
+    def lower(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+        return _compare(ctx, a, b, op)
+
+    return lower
+
+
+for _op in ("gt", "ge", "lt", "le", "eq", "ne"):
+    rule(getattr(operator, _op), getattr(torch, _op),
+         methods=(_op, f"__{_op}__"))(_comparison(_op))
+rule(torch.greater, methods=("greater",))(_comparison("gt"))
+rule(torch.greater_equal, methods=("greater_equal",))(_comparison("ge"))
+rule(torch.less, methods=("less",))(_comparison("lt"))
+rule(torch.less_equal, methods=("less_equal",))(_comparison("le"))
+rule(torch.not_equal, methods=("not_equal",))(_comparison("ne"))
+
+
+def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
+    out = _streams(ctx, *values)
+    for s in out:
+        if not all(r.is_bool for r in s.ranges):
+            raise ctx.error("logical ops need 0/1 streams",
+                            "build conditions from comparisons and tw.is_token")
+    return out
+
+
+def _count_pwl(op: str, n: int) -> Pwl:
+    """A function of the count of true inputs among n: and = [count >= n], or = [count >= 1],
+    xor = count mod 2 (two inputs): each exact on integer counts."""
+    if op == "and":
+        return ffn.at_least(n)
+    if op == "or":
+        return ffn.at_least(1)
+    f = Pwl(slope=1.0)  # a + b - 2 relu(a + b - 1)
+    f.hinge(1.0, -2.0)
+    return f
+
+
+def _logic(op: str) -> Rule:
+    def lower(ctx: LowerCtx, a: Any, b: Any) -> Stream:
+        x, y = _bools(ctx, a, b)
+        counts = [p + q for p, q in zip(x.cols, y.cols, strict=True)]
+        return pwl_stream(ctx, counts, [r + s for r, s in zip(x.ranges, y.ranges, strict=True)],
+                          [_count_pwl(op, 2)] * x.width, [BOOL] * x.width, is_bool=True)
+
+    return lower
+
+
+rule(operator.and_, torch.logical_and, torch.bitwise_and,
+     methods=("__and__", "__rand__", "logical_and", "bitwise_and"))(_logic("and"))
+rule(operator.or_, torch.logical_or, torch.bitwise_or,
+     methods=("__or__", "__ror__", "logical_or", "bitwise_or"))(_logic("or"))
+rule(operator.xor, torch.logical_xor, torch.bitwise_xor,
+     methods=("__xor__", "__rxor__", "logical_xor", "bitwise_xor"))(_logic("xor"))
+
+
+@rule(operator.invert, torch.logical_not, torch.bitwise_not,
+      methods=("__invert__", "logical_not", "bitwise_not"))
+def _not(ctx: LowerCtx, a: Any) -> Stream:
+    (x,) = _bools(ctx, a)
+    return Stream([1.0 - c for c in x.cols], [BOOL] * x.width, True)
+
+
+def _reduce_logic(op: str) -> Rule:
+    def lower(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False) -> Stream:
+        _last_dim(ctx, dim, "all" if op == "and" else "any")
+        x = v if isinstance(v, Stream) else to_stream(v, 1)
+        if not all(r.is_bool for r in x.ranges):
+            raise ctx.error("all / any need 0/1 streams")
+        count = sum(x.cols, Lin())
+        total = sum(x.ranges[1:], x.ranges[0])
+        return pwl_stream(ctx, [count], [total],
+                          [_count_pwl(op, x.width)], [BOOL], is_bool=True)
+
+    return lower
+
+
+rule(torch.all, methods=("all",))(_reduce_logic("and"))
+rule(torch.any, methods=("any",))(_reduce_logic("or"))
+
+
+@rule(torch.where)
+def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
+    w = ctx.out_width
+    (c,) = _bools(ctx, cond)
+    c = c.broadcast(w)
+    x, y = _streams(ctx, a, b)
+    cols = Columns(ctx, w)
+    with user_errors(ctx):
+        for i in range(w):
+            ffn.select(cols.bank, i, c.cols[i], x.cols[i], x.ranges[i], y.cols[i], y.ranges[i])
+            cols.whole(i)
+    ranges = []
+    for r, s, cr, a, b in zip(x.ranges, y.ranges, c.ranges, x.cols, y.cols, strict=True):
+        out = r.hull(s)
+        gate = 2.0 * out.magnitude if ctx.prog.machine == "swiglu" else \
+            (r - s).magnitude + ffn.GATE_GAP
+        read = max(read_noise(ctx, a), read_noise(ctx, b))
+        ranges.append(out.with_noise(out.noise + gate * cr.noise + read))
+    return cols.finish(ranges, x.is_bool and y.is_bool)
+
+
+@rule(methods=("bool",))
+def _to_bool(ctx: LowerCtx, v: Any) -> Stream:
+    x = to_stream(v, ctx.out_width)
+    if all(r.is_bool for r in x.ranges):
+        return x.as_bool()
+    return _compare(ctx, x, 0.0, "ne")

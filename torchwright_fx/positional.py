@@ -1,0 +1,277 @@
+"""Position-based intrinsics: tw.position, tw.steps_since, tw.mean, tw.argmax / tw.argmin and
+tw.gather. Each is an attention head whose softmax is exactly one-hot (or exactly uniform, for
+mean) in fp32; the ones that read the decoded position (ops/position.py) size their gains so
+that its noise cannot flip a choice (docs/attention.md)."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, intrinsic, latch
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import attention, ffn, numerics
+
+
+# -- position-based intrinsics -----------------------------------------------------------------
+def _bos(ctx: LowerCtx) -> Lin:
+    return ctx.bos_indicator()
+
+
+def _position_lin(ctx: LowerCtx) -> Lin:
+    from torchwright_fx.ops.position import position as build_position
+
+    try:
+        return build_position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "lower max_seq_len") from None
+
+
+def _position_range(ctx: LowerCtx) -> Interval:
+    from torchwright_fx.ops.position import noise
+
+    return Interval(0, ctx.geom.max_seq_len - 1, True, noise=noise(ctx.prog.machine,
+                                                                    ctx.geom.max_seq_len))
+
+
+def _lower_position(ctx: LowerCtx, x: Stream) -> Stream:
+    return Stream([_position_lin(ctx)], [_position_range(ctx)])
+
+
+@intrinsic(_lower_position)
+def position(x: torch.Tensor) -> torch.Tensor:
+    """The position i (``<bos>`` is 0) as a number, ``[seq, 1]``. Compiled: within 0.05 of i."""
+    return torch.arange(x.shape[0], dtype=torch.float32)[:, None]
+
+
+def _lower_steps_since(ctx: LowerCtx, marker: Stream) -> Stream:
+    pos = _position_lin(ctx)
+    rng = _position_range(ctx)
+    held = _latch(ctx, Stream([pos], [rng]), marker, _bos_value(ctx, 0, "marker"))
+    return Stream([pos - held.cols[0]], [rng.with_noise(2 * rng.noise)])
+
+
+@intrinsic(_lower_steps_since)
+def steps_since(marker: torch.Tensor) -> torch.Tensor:
+    """i minus the position of the most recent ``marker`` at or before i (``<bos>`` counts as
+    a marker), ``[seq, 1]``: 0 on the marker itself."""
+    pos = torch.arange(marker.shape[0], dtype=torch.float32)[:, None]
+    return pos - latch(pos, marker)
+
+
+def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
+                         bos_weight: float) -> Lin:
+    """``where`` (or all ones), plus the BOS row at ``bos_weight`` when ``where`` is 0 there."""
+    if where is None:
+        return Lin.constant(1.0)
+    if where.width != 1 or not where.ranges[0].is_bool:
+        raise ctx.error("`where` must be a 0/1 stream of width 1")
+    _need_gate(ctx, where.ranges[0], "`where`")
+    bos_where = ctx.bos_row(arg_index, "where")
+    at_bos = float(bos_where.reshape(-1)[0]) if bos_where is not None else 0.0
+    return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
+
+
+ALL_POSITIONS = -1  # the den_group of a mean without `where`: its count is position + 1
+
+
+def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream:
+    valid = _valid_with_fallback(ctx, where, 1, 0.5)
+    # An average of integers is not one, but a fraction k/n with n <= max_seq_len positions.
+    n = ctx.geom.max_seq_len
+    group = ALL_POSITIONS if where is None else \
+        hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
+    # the reference divides a sum of whole numbers once (ONCE), else sums rounded values
+    ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
+                       noise=r.noise + numerics.mean_noise(n) * r.magnitude,
+                       rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
+              for r in v.ranges]
+    cols = attention.mean(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
+    return Stream(cols, ranges)
+
+
+@intrinsic(_lower_mean)
+def mean(v: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of ``v`` over positions j <= i (with ``where`` = 1); the ``<bos>`` row when no
+    such position exists. Compiled: fp32 averaging, relative error ~1e-7."""
+    v = _col(v)
+    w = torch.ones(v.shape[0]) if where is None else (_col(where)[:, 0] > 0.5).float()
+    counts = torch.cumsum(w, 0)
+    sums = torch.cumsum(v * w[:, None], 0)
+    out = sums / counts.clamp(min=1)[:, None]
+    return torch.where((counts > 0)[:, None], out, v[:1].expand_as(v))
+
+
+def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None = None,
+                  sign: float = 1.0) -> Stream:
+    if score.width != 1 or not score.ranges[0].integral or not score.ranges[0].finite:
+        raise ctx.error("argmax/argmin need an integer-valued score of width 1 with a finite "
+                        "range", "scale the score to integers or declare it with tw.claim")
+    rng = score.ranges[0]
+    if rng.rounding > ONCE:
+        raise ctx.error("argmax/argmin's score is computed inexactly by the reference (fp32 "
+                        "rounding more than once, or a decimal constant such as 0.7), so two "
+                        "scores equal in exact arithmetic may differ there and the tie go the "
+                        "other way", "compute the score from whole numbers (integer weights, "
+                        "counts) or round it first (torch.round)")
+    n = ctx.geom.max_seq_len
+    margin = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN
+    if rng.noise > 1 / (8 * n):  # gain * noise stays within a sixteenth of the headroom
+        raise ctx.error(f"argmax/argmin's score may be off by {rng.noise:.3g} in the compiled "
+                        f"model, more than the 1/(8 max_seq_len) = {1 / (8 * n):.3g} its "
+                        "attention margin allows", "round the score first (torch.round)")
+    tie = margin  # per position step: the most recent tied position wins
+    gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
+    span = rng.hi - rng.lo
+    mid = (rng.lo + rng.hi) / 2  # the score enters centred: smaller logits, less rounding
+    noise_p = _position_range(ctx).noise
+
+    def consumed(span: float) -> float:
+        """What eats the margin: decoded positions, score noise, fp32 rounding of the logits
+        (the ranking compares two of them)."""
+        spread = gain * span + tie * (n - 1)
+        validity = 0.0 if where is None else 2.0 * spread + 2.0 * margin
+        err = attention.logit_rounding([gain * span / 2, tie * (n - 1), validity])
+        return 2 * tie * noise_p + 2 * gain * rng.noise + 2 * err
+
+    budget = margin - attention.ATTENTION_MARGIN
+    if consumed(span) > budget:
+        widest = 0
+        while consumed(widest + 1) <= budget:
+            widest += 1
+        raise ctx.error(
+            f"argmax/argmin over a score spanning {span:g} at max_seq_len={n}: fp32 cannot "
+            f"resolve the tie-break toward the most recent position (the logits reach "
+            f"{gain * span / 2 + tie * (n - 1):.3g} and may round by more than the margin "
+            f"allows)", f"narrow the score (torch.clamp or tw.claim): at this length a span "
+            f"of {widest} works" if widest else "lower max_seq_len")
+    spread = gain * span + tie * (n - 1)
+    key_terms = [(gain * sign, score.cols[0] - mid), (tie, _position_lin(ctx))]
+    if where is not None:  # valid beats invalid; the <bos> fallback at half weight
+        validity = 2.0 * spread + 2.0 * margin
+        key_terms.append((validity, _valid_with_fallback(ctx, where, 2, 0.5)))
+    ranges = _moved(ctx, v.ranges)
+    cols = attention.scored(ctx.prog, ctx.geom, v.cols, ranges, key_terms, ctx.name, ctx.source)
+    return Stream(cols, ranges, v.is_bool)
+
+
+@intrinsic(_lower_argmax)
+def argmax(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """``v`` at the position j <= i (with ``where`` = 1) of largest integer ``score``; ties go
+    to the most recent; the ``<bos>`` row when no position qualifies."""
+    return _arg_extreme(score, v, where, 1.0)
+
+
+def _lower_argmin(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None = None) -> Stream:
+    return _lower_argmax(ctx, score, v, where, sign=-1.0)
+
+
+@intrinsic(_lower_argmin)
+def argmin(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """Like ``argmax`` with the smallest score."""
+    return _arg_extreme(score, v, where, -1.0)
+
+
+def _arg_extreme(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None,
+                 sign: float) -> torch.Tensor:
+    s, v = _col(score)[:, 0] * sign, _col(v)
+    ok = torch.ones_like(s, dtype=torch.bool) if where is None else _col(where)[:, 0] > 0.5
+    rows = []
+    for i in range(len(s)):
+        best = 0
+        best_key: tuple[float, int] | None = None
+        for j in range(i + 1):
+            if ok[j]:
+                key = (float(s[j]), j)
+                if best_key is None or key >= best_key:
+                    best, best_key = j, key
+        rows.append(best)
+    return v[torch.tensor(rows)]
+
+
+def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
+    if at.width != 1 or not at.ranges[0].integral:
+        raise ctx.error("gather's position must be an integer-valued stream of width 1")
+    from torchwright_fx.ops.position import POSITION_TOLERANCE
+
+    budget = POSITION_TOLERANCE - _position_range(ctx).noise
+    if at.ranges[0].noise > budget:
+        raise ctx.error(f"gather's position may be off by {at.ranges[0].noise:.3g} in the "
+                        f"compiled model, over the {budget:.3g} its attention margin allows",
+                        "round it first (torch.round)")
+    pos = _position_lin(ctx)
+    square = _square_of_position(ctx, pos)
+    # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone, on positions centred at c.
+    # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
+    # gain * (1 - 2 * POSITION_TOLERANCE): AMPLITUDE_HEADROOM times the attention margin, so a
+    # third of it is headroom. An error e of the square against the decoded position moves the
+    # lead by up to 2 gain e, the fp32 rounding of the two logits by twice logit_rounding:
+    # together they must stay within that third.
+    square_noise = float(ctx.prog.memo["position_squared_table_error"])  # type: ignore[arg-type]
+    gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+    c = _centre(ctx.geom.max_seq_len)
+    top = float(max(c, ctx.geom.max_seq_len - 1 - c))  # the largest |centred position|
+    rounding = attention.logit_rounding([2 * gain * top * top, gain * top * top])
+    budget = gain * (1 - 2 * POSITION_TOLERANCE) - attention.ATTENTION_MARGIN
+    if 2 * gain * square_noise + 2 * rounding > budget:
+        raise ctx.error(f"gather at max_seq_len={ctx.geom.max_seq_len}: its logits (up to "
+                        f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and "
+                        f"the position squared be off by {square_noise:.3g} (the "
+                        f"{ctx.prog.machine} machine's product tables), more than its attention "
+                        "margin allows", "lower max_seq_len" + (
+                            ", or compile with machine='swiglu'" if ctx.prog.machine == "relu"
+                            else " (the logits grow with its square), or read a fixed distance "
+                            "back with tw.shift"))
+    # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
+    terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
+    ranges = _moved(ctx, v.ranges)
+    cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, ranges, terms, ctx.name,
+                                  ctx.source)
+    return Stream(cols, ranges, v.is_bool)
+
+
+def _centre(n: int) -> int:
+    """gather works on positions centred at this whole number: its logits, and the error of
+    the square, are a quarter of what they are around 0."""
+    return (n - 1) // 2
+
+
+def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
+    """(p - c)^2 for the decoded position p and c = _centre(max_seq_len)."""
+    cached = ctx.prog.memo.get("position_squared")
+    if isinstance(cached, Lin):
+        return cached
+    bank = ctx.bank(1)
+    n = ctx.geom.max_seq_len
+    c = _centre(n)
+    r = _position_range(ctx)
+    exact = Interval(-c, n - 1 - c, True)
+    ffn.product(bank, 0, pos - c, exact, pos - c, exact)
+    # |p'^2 - i'^2| <= 2 max|i'| e + e^2 for |p' - i'| <= e, plus the product's own error: the
+    # ReLU quarter-square tables (exact only on a grid of knots) or SwiGLU's fp32 rounding
+    if ctx.prog.machine == "relu":
+        table = sum(err for *_, err in ffn.quarter_square_tables(pos - c, exact, pos - c, exact,
+                                                                  None, (None, None)))
+    else:
+        table = ffn.product_rounding(exact, exact)
+    top = max(c, n - 1 - c)
+    noise = 2 * top * r.noise + r.noise ** 2 + table
+    rng = Interval(0, top ** 2, True, noise=noise)
+    (sq,) = bank.finish(ctx.prog, [rng], f"{ctx.name}.position_squared", ctx.source)
+    ctx.prog.memo["position_squared"] = sq
+    ctx.prog.memo["position_squared_table_error"] = table  # |sq - p'^2| for the decoded p
+    return sq
+
+
+@intrinsic(_lower_gather)
+def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """``v`` at position ``at`` (an integer stream), clamped to [0, i]."""
+    v = _col(v)
+    idx = _col(at)[:, 0].round().long()
+    idx = torch.minimum(idx.clamp(min=0), torch.arange(v.shape[0]))
+    return v[idx]

@@ -105,20 +105,27 @@ def _size(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
 
 
-def _tokens_per_second(directory: Path, prompts: list[str]) -> float:
+def generate(directory: Path, prompts: list[str]) -> tuple[list[str], float]:
+    """Greedy answers of a saved directory through transformers, and tokens/s."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(directory)
-    new, start = 0, time.perf_counter()
+    answers, new, start = [], 0, time.perf_counter()
     for prompt in prompts:
         enc = tok(prompt, return_tensors="pt")
         with torch.no_grad():
             out = model.generate(**enc, do_sample=False,
                                  max_new_tokens=model.config.max_position_embeddings
                                  - enc["input_ids"].shape[1])
-        new += out.shape[1] - enc["input_ids"].shape[1]
-    return new / (time.perf_counter() - start)
+        ids = out[0, enc["input_ids"].shape[1]:]
+        new += len(ids)
+        answers.append(tok.decode(ids, skip_special_tokens=True))
+    return answers, new / (time.perf_counter() - start)
+
+
+def _tokens_per_second(directory: Path, prompts: list[str]) -> float:
+    return generate(directory, prompts)[1]
 
 
 def bench(name: str, level: int) -> dict:

@@ -38,24 +38,12 @@ def _prompts(n: int) -> list[str]:
 
 def _through_transformers(directory: Path, prompts: list[str]) -> tuple[list[str], float]:
     """Greedy answers of the saved directory on one torch thread, and tokens/s."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from bench import generate
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-        tok = AutoTokenizer.from_pretrained(directory)
-        answers, new, start = [], 0, time.perf_counter()
-        for prompt in prompts:
-            enc = tok(prompt, return_tensors="pt")
-            with torch.no_grad():
-                out = model.generate(**enc, do_sample=False,
-                                     max_new_tokens=model.config.max_position_embeddings
-                                     - enc["input_ids"].shape[1])
-            ids = out[0, enc["input_ids"].shape[1]:]
-            new += len(ids)
-            answers.append(tok.decode(ids, skip_special_tokens=True))
-        return answers, new / (time.perf_counter() - start)
+        return generate(directory, prompts)
     finally:
         torch.set_num_threads(threads)
 

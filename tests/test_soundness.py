@@ -277,33 +277,10 @@ def test_floor_of_a_sum_divided_by_seven(expr):
             [int(v) for v in program.traced.run(ids).tolist()], ch
 
 
-def test_a_large_coefficient_on_a_table_with_a_stored_offset_is_not_trusted():
-    """examples/CALC_FINDINGS.md 1: y's column holds the table's value plus 854.5, read with
-    coefficient 10**4 into a gate whose fp32 sum (2.2e9) rounds by 128: certified and wrong on
-    147 of 300 prompts. The gate's rounding now counts as input noise: refused.
-    (The embedding's columns count by their per-token tables: of a vocabulary's
-    indicators one is nonzero, so tw.code(x) * 150_000 stays exact, test_ops_errors.)"""
-    def f(x):
-        d = tw.lookup(x, {str(i): i for i in range(10)})
-        ds = [d] + [tw.shift(d, k) for k in range(1, 13)]
-        c = sum(ds[k] * ds[k + 1] for k in range(12))
-        q = tw.lookup(c, {v: v // 100 for v in range(973)})
-        r = c - 100 * q
-        t = tw.lookup(r, {v: v // 10 for v in range(100)})
-        never = (ds[0] >= 10).float()
-        u = r - 10 * t + t + q + 17 * never
-        y = tw.lookup(u, {v: v % 10 for v in range(28)})
-        return (10000 * y + ds[1] >= 50000).float() + tw.token("0")  # MARK
-
-    with pytest.raises(tw.CompileError, match="MARK"):
-        tw.compile(f, vocab=tw.Vocab("0123456789\n")).compile()
-
-
-def test_a_table_result_copied_before_a_large_coefficient_is_exact():
-    """The fix the refusal above suggests: torch.where(flag, y, 0) stores y itself, which a
-    coefficient of 10**4 reads exactly; certified and right through the runtime."""
-    vocab = tw.Vocab("0123456789\n")
-
+def _stored_offset_program(copy: bool):
+    """examples/CALC_FINDINGS.md 1: y is a table whose column holds its value plus 854.5
+    (the affine part of a ramp inside the key's range stays in the readers' weights); the
+    output compares 10**4 * y (or a torch.where copy of y) with 50000."""
     def f(x):
         d = tw.lookup(x, {str(i): i for i in range(10)})
         ds = [d] + [tw.shift(d, k) for k in range(1, 13)]
@@ -313,10 +290,27 @@ def test_a_table_result_copied_before_a_large_coefficient_is_exact():
         t = tw.lookup(r, {v: v // 10 for v in range(100)})
         never = (ds[0] >= 10).float()
         y = tw.lookup(r - 10 * t + t + q + 17 * never, {v: v % 10 for v in range(28)})
-        copy = torch.where(ds[0] >= 0, y, 0)
-        return (10000 * copy + ds[1] >= 50000).float() + tw.token("0")
+        if copy:
+            y = torch.where(ds[0] >= 0, y, 0)
+        return (10000 * y + ds[1] >= 50000).float() + tw.token("0")  # MARK
 
-    program = tw.compile(f, vocab=vocab)
+    return f
+
+
+def test_a_large_coefficient_on_a_table_with_a_stored_offset_is_not_trusted():
+    """The gate's fp32 sum (2.2e9) rounds by 128: certified and wrong on 147 of 300 prompts
+    before its rounding counted as input noise; now refused, naming the line. (The
+    embedding's columns count by their per-token tables: of a vocabulary's indicators one is
+    nonzero, so tw.code(x) * 150_000 stays exact, test_ops_errors.)"""
+    with pytest.raises(tw.CompileError, match="MARK"):
+        tw.compile(_stored_offset_program(False), vocab=tw.Vocab("0123456789\n")).compile()
+
+
+def test_a_table_result_copied_before_a_large_coefficient_is_exact():
+    """The fix the refusal suggests: torch.where(flag, y, 0) stores y itself, which a
+    coefficient of 10**4 reads exactly; certified and right through the runtime."""
+    vocab = tw.Vocab("0123456789\n")
+    program = tw.compile(_stored_offset_program(True), vocab=vocab)
     rng = random.Random(0)
     for _ in range(60):
         ids = vocab.encode("".join(rng.choice("0123456789") for _ in range(13)))

@@ -25,8 +25,10 @@ def certify_output(prog: Program, source: str = "") -> Interval:
     if r.noise >= 0.5:
         raise CompileError(
             f"{where}the output code may be off by {r.noise:.3g} in the compiled model (the "
-            "noise of a mean, a position or an approximate table reaching the output), so "
-            "the token is not certain; round the value (torch.round) before returning it")
+            "noise of a mean, a position or an approximate table reaching the output, or fp32 "
+            "rounding where a large multiple of a table's result is read), so the token is not "
+            "certain; round the value (torch.round) before returning it, or copy a table's "
+            "result with torch.where(flag, v, 0) before scaling it up")
     return r
 
 

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             fuzzgen.LONG_SEQ_LENS if args.long else fuzzgen.SEQ_LENS)
         out = fuzzgen.check(prog, prompts)
         counts[out.status] += 1
+        if not args.quiet:
+            print(f"[{i}] {out.status} ({time.perf_counter() - start:.0f}s)", file=sys.stderr,
+                  flush=True)
         counts["prompts invalid"] += len(out.invalid)
         for _, why in out.invalid:
             invalid_why[why.split(":")[0] + ": " + why.split(":", 1)[-1][:60].strip()] += 1

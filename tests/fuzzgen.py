@@ -565,7 +565,8 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
             continue
         valid += 1
         try:
-            got = compiled.generate_ids(ids)
+            got = compiled.generate_ids(ids) if len(want) <= TEACHER_FORCED_FROM else \
+                _teacher_forced(compiled, ids, want)
         except Exception:
             return Outcome("crash", prog, f"generate crashed on {p!r}:\n"
                            + traceback.format_exc(limit=-4))
@@ -577,6 +578,26 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
         out.status = "invalid"
         out.message = out.invalid[0][1] if out.invalid else "no prompts"
     return out
+
+
+# Longer answers are checked in one forward pass over prompt + reference answer (greedy
+# generation re-runs the whole sequence per token: hours at max_seq_len 4096).
+TEACHER_FORCED_FROM = 64
+
+
+def _teacher_forced(compiled: tw.Compiled, ids: list[int], want: list[int]) -> list[int]:
+    """What greedy generation prints, read from one forward pass over ids + want: it follows
+    ``want`` while the top logit agrees, and the first token that differs (an extra token
+    where <eos> was due included) ends it."""
+    top = compiled.logits(ids + want).argmax(-1).tolist()[len(ids) - 1:]
+    got: list[int] = []
+    for k, t in enumerate(top):
+        if len(ids) + len(got) >= compiled.options.max_seq_len or t == compiled.vocab.eos_id:
+            break
+        got.append(t)
+        if k >= len(want) or t != want[k]:
+            break
+    return got
 
 
 def _show(vocab: tw.Vocab, ids: list[int]) -> str:

@@ -181,15 +181,10 @@ def _arg_extreme(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | Non
                  sign: float) -> torch.Tensor:
     s, v = _col(score)[:, 0] * sign, _col(v)
     ok = torch.ones_like(s, dtype=torch.bool) if where is None else _col(where)[:, 0] > 0.5
-    rows = []
-    for i in range(len(s)):
-        best = 0
-        best_key: tuple[float, int] | None = None
-        for j in range(i + 1):
-            if ok[j]:
-                key = (float(s[j]), j)
-                if best_key is None or key >= best_key:
-                    best, best_key = j, key
+    rows, best, best_score = [], 0, None  # the running winner: ties go to the later position
+    for j, (score_j, ok_j) in enumerate(zip(s.tolist(), ok.tolist(), strict=True)):
+        if ok_j and (best_score is None or score_j >= best_score):
+            best, best_score = j, score_j
         rows.append(best)
     return v[torch.tensor(rows)]
 

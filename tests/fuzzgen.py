@@ -559,14 +559,14 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
     for p in prompts:
         ids = vocab.encode(p)
         try:
-            want = compiled.reference_ids(ids)
+            want = _reference(compiled, ids)
         except Exception as e:
             out.invalid.append((p, f"{type(e).__name__}: {str(e)[:200]}"))
             continue
         valid += 1
         try:
             got = compiled.generate_ids(ids) if len(want) <= TEACHER_FORCED_FROM else \
-                _teacher_forced(compiled, ids, want)
+                _teacher_forced(compiled, ids, want)[:MAX_ANSWER]
         except Exception:
             return Outcome("crash", prog, f"generate crashed on {p!r}:\n"
                            + traceback.format_exc(limit=-4))
@@ -581,8 +581,16 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
 
 
 # Longer answers are checked in one forward pass over prompt + reference answer (greedy
-# generation re-runs the whole sequence per token: hours at max_seq_len 4096).
+# generation re-runs the whole sequence per token: hours at max_seq_len 4096), and only their
+# first MAX_ANSWER tokens (the eager reference re-runs too; the prompts themselves reach the
+# long positions).
 TEACHER_FORCED_FROM = 64
+MAX_ANSWER = 256
+
+
+def _reference(compiled: tw.Compiled, ids: list[int]) -> list[int]:
+    """The eager greedy answer, cut after MAX_ANSWER tokens."""
+    return compiled.reference_ids(ids, max_new_tokens=MAX_ANSWER)
 
 
 def _teacher_forced(compiled: tw.Compiled, ids: list[int], want: list[int]) -> list[int]:

@@ -168,11 +168,14 @@ class Compiled:
                              f"{self.options.max_seq_len}")
         return ids
 
-    def reference_ids(self, ids: Sequence[int]) -> list[int]:
-        """Greedy generation by the eager semantics: the new ids (eos excluded)."""
+    def reference_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
+        """Greedy generation by the eager semantics: the new ids (eos excluded), at most
+        ``max_new_tokens`` of them."""
         seq = list(ids)
         new: list[int] = []
-        while len(seq) < self.options.max_seq_len:
+        limit = self.options.max_seq_len if max_new_tokens is None else \
+            min(self.options.max_seq_len, len(seq) + max_new_tokens)
+        while len(seq) < limit:
             code = float(self.traced.run(seq)[-1])
             nxt = round(code)
             if not 0 <= nxt < len(self.vocab) or abs(code - nxt) > CODE_TOLERANCE:

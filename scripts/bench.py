@@ -289,6 +289,16 @@ def _refusal(e: Exception) -> str:
     return "refused: " + str(e).splitlines()[-1].strip()[:80]
 
 
+def _clear_geometry_caches() -> None:
+    """The fp32 replays (attention margins, position decoder) are cached per process."""
+    from torchwright_fx.ops import attention, position
+
+    for cached in (attention.measured_gap, attention.lobe, attention._gap,
+                   position.measured_error, position.knots, position._counts,
+                   position.chord_error, position.two_stages):
+        cached.cache_clear()
+
+
 def seq_len_scaling() -> list[dict]:
     """binary_increment (its default 8 bits) and ``repeat_last`` at every max_seq_len: the
     build's size, its compile seconds (best of 3), and tokens/s through transformers on the
@@ -306,6 +316,7 @@ def seq_len_scaling() -> list[dict]:
         for n in SEQ_LENS:
             seconds = []
             for _ in range(3 if n <= QUICK_SEQ_LEN else 1):
+                _clear_geometry_caches()  # each compile replays its margins and decoder
                 program = make(n)
                 start = time.perf_counter()
                 try:

@@ -98,3 +98,22 @@ def test_binary_increment_at_16384_has_under_a_million_parameters():
     assert program.stats()["parameters"] < 1_000_000
     for bits in ("1", "1011", "1" * 10, "0" * 9 + "1"):
         assert program.generate(bits + "\n") == program.reference(bits + "\n")
+
+
+def test_llama_cpp_graph_at_4096(tmp_path):
+    """The GGUF file (llama arch: freq_base = rope_theta ** (d_head / 6), unused pairs frozen
+    by rope_freqs) through llama.cpp's RoPE and attention, replayed in torch
+    (test_gguf._llama_logits): its own fp32 frequencies also keep the two-plane shifts and
+    the recency lobe exact (measured at 16384 as well, outside the suite: 0 wrong)."""
+    gguf = pytest.importorskip("gguf")
+    from test_gguf import _llama_logits
+
+    from torchwright_fx.backends.gguf import layout, save_gguf
+
+    program = tw.compile(long_lines, vocab=VOCAB, max_seq_len=4096).compile()
+    assert layout(program.machine)[:2] == ("llama", 32)
+    reader = gguf.GGUFReader(save_gguf(program.machine, VOCAB, tmp_path / "long.gguf"))
+    ids = VOCAB.encode(_stream(4000, 7))
+    with torch.no_grad():
+        got = _llama_logits(reader, ids).argmax(-1)
+    assert torch.equal(got, program.traced.run(ids).long())

@@ -117,3 +117,12 @@ def test_llama_cpp_graph_at_4096(tmp_path):
     with torch.no_grad():
         got = _llama_logits(reader, ids).argmax(-1)
     assert torch.equal(got, program.traced.run(ids).long())
+
+
+def test_a_head_too_small_for_long_contexts_says_so():
+    def prog(x):
+        return tw.shift(tw.code(x), 1)
+
+    with pytest.raises(tw.CompileError, match=r"d_head=8: use a power of two >= 16 .*2048 needs "
+                                              r"6 rotary dims"):
+        tw.compile(prog, vocab=VOCAB, max_seq_len=4096, d_head=8).compile()

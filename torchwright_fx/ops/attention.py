@@ -73,8 +73,8 @@ class Geometry:
     def __post_init__(self) -> None:
         if not is_power_of_two(self.d_head) or self.d_head < 2 * self.rotary:
             raise GeometryError(
-                f"d_head={self.d_head}: use a power of two >= {2 * self.rotary} (the rotary "
-                f"fraction {self.rotary}/d_head must be exact and the NoPE tail non-empty"
+                f"d_head={self.d_head}: use a power of two >= {_least_d_head(self.rotary)} (the "
+                f"rotary fraction {self.rotary}/d_head must be exact and the NoPE tail non-empty"
                 + (f"; max_seq_len > {SINGLE_PLANE_LENGTH} needs {self.rotary} rotary dims)"
                    if self.rotary > ROTARY_DIMS else ")"))
         if self.max_seq_len < 2:
@@ -136,6 +136,11 @@ class Geometry:
     def tail(self) -> int:
         """Number of position-free (NoPE) dims per head."""
         return self.d_head - self.rotary
+
+
+def _least_d_head(rotary: int) -> int:
+    """The smallest power of two with a NoPE tail beside ``rotary`` rotary dims."""
+    return 1 << (2 * rotary - 1).bit_length()
 
 
 def _inv_freq(rope_theta: float, rotary: int) -> torch.Tensor:

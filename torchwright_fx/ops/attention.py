@@ -182,7 +182,6 @@ def _query_rotary(geom: Geometry, planes: Lobe) -> dict[int, float]:
 
 
 # -- margin check ------------------------------------------------------------------------------
-@lru_cache(maxsize=256)
 def measured_gap(geom: Geometry, offset: int, with_validity: bool | int,
                  stop_below: float = -math.inf) -> tuple[float, int]:
     """Smallest fp32 logit gap over all query positions, and the query position where it
@@ -190,7 +189,7 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool | int,
     runner-up; for the recency lobe (offset 0), every key minus the one before it (so the most
     recent of any set of keys wins). With ``stop_below``, returns as soon as a gap below it is
     found (a pass/fail question)."""
-    return _gap(geom, lobe(geom, offset), offset, int(with_validity), stop_below)
+    return _gap(geom, lobe(geom, offset), offset, int(with_validity), stop_below)  # cached
 
 
 @lru_cache(maxsize=256)

@@ -75,22 +75,32 @@ def read_rounding(x: Lin, signal_range: Callable[[int], Interval], tables: Table
     if x.is_const:
         return 0.0 if Fraction(float(np.float32(x.const))) == Fraction(x.const) else \
             2.0 ** -24 * abs(x.const)
-    weights, unit, dust = {}, abs(Fraction(x.const)), 0.0
-    exact = Fraction(float(np.float32(x.const))) == Fraction(x.const)
-    for sid, c in x.terms.items():
-        r = signal_range(sid)
-        w = weights[sid] = Fraction(float(np.float32(c)))
-        if r.lattice is None or w != Fraction(c):
-            exact = False
-            break
-        unit = frac_gcd(frac_gcd(unit, abs(w) * r.lattice[0]), abs(w) * r.lattice[1])
-        dust += abs(c) * r.noise
-    if exact and (unit == 0 or abs(Fraction(x.const)) + stored_total(weights, signal_range, tables)
-                  < unit * 2 ** 24) and dust < float(unit) / 4:
+    weights = {sid: Fraction(float(np.float32(c))) for sid, c in x.terms.items()}
+    held = Fraction(float(np.float32(x.const))) == Fraction(x.const) and all(
+        signal_range(sid).lattice is not None and w == Fraction(x.terms[sid])
+        for sid, w in weights.items())
+    unit = _exact_sum_unit(Fraction(x.const), weights, signal_range, tables) if held else None
+    dust = sum(abs(c) * signal_range(sid).noise for sid, c in x.terms.items())
+    if unit is not None and dust < float(unit) / 4:
         if dust == 0:
             return 0.0
         return min((len(x.terms) + 1) * dust, gate_rounding(x, signal_range, tables))
     return gate_rounding(x, signal_range, tables)
+
+
+def _exact_sum_unit(const: Fraction, weights: Mapping[int, Fraction],
+                    signal_range: Callable[[int], Interval], tables: Tables) -> Fraction | None:
+    """The unit every partial sum of ``const + sum w_s * stored_s`` is a multiple of (the gcd
+    of the constant and the weights times the columns' lattices), when those sums stay below
+    2**24 of it, so that fp32 adds them exactly; else None. Every column needs a lattice."""
+    unit = abs(const)
+    for sid, w in weights.items():
+        lat = signal_range(sid).lattice
+        assert lat is not None
+        unit = frac_gcd(frac_gcd(unit, abs(w) * lat[0]), abs(w) * lat[1])
+    if unit > 0 and abs(const) + stored_total(weights, signal_range, tables) >= unit * 2 ** 24:
+        return None
+    return unit
 
 
 def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Interval],
@@ -117,13 +127,8 @@ def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Int
         const = Fraction(float(np.float32((x.const - h.knot) * k)))
         # the gate's partial sums are the stored signals times their weights, multiples of
         # one unit: they must stay below 2**24 of it, however small x itself is
-        unit, weights = abs(const), {}
-        for (sid, c), lat in zip(x.terms.items(), lattices, strict=True):
-            assert lat is not None
-            w = weights[sid] = abs(Fraction(float(np.float32(c * k))))
-            unit = frac_gcd(frac_gcd(unit, w * lat[0]), w * lat[1])
-        total = abs(const) + stored_total(weights, signal_range, tables)
-        if unit > 0 and total >= unit * 2 ** 24:
+        weights = {sid: Fraction(float(np.float32(c * k))) for sid, c in x.terms.items()}
+        if _exact_sum_unit(const, weights, signal_range, tables) is None:
             return False
         for c, lat in zip(x.terms.values(), lattices, strict=True):
             assert lat is not None

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_ops_helpers import Claim, Probe, fp32, run_probes  # noqa: E402
 
-from torchwright_fx import numeric  # noqa: E402
+import torchwright_fx as tw  # noqa: E402
 from torchwright_fx.ir.graph import MachineKind  # noqa: E402
 from torchwright_fx.ops import numerics  # noqa: E402
 from torchwright_fx.ops.numerics import RAMP_WIDTH, SILU_SCALE  # noqa: E402
@@ -183,7 +183,7 @@ def _function_ops() -> list[Op]:
     return [
         Op("piecewise", "tw.piecewise(t**2, x, breakpoints -4..4): the interpolant is the "
            "reference; SwiGLU corners round within |slope change| * 0.2785/128 of each knot",
-           lambda a: numeric.piecewise(lambda t: t * t, a, PW_XS),
+           lambda a: tw.piecewise(lambda t: t * t, a, PW_XS),
            lambda a: np.interp(a, PW_XS, [t * t for t in PW_XS]),
            {"uniform": Dist(uniform(-5, 5), real(-5, 5)),
             "near_kink": Dist(near(PW_XS, 0.05), real(-5, 5))},
@@ -193,7 +193,7 @@ def _function_ops() -> list[Op]:
                        {d: {"abs": EXACT} for d in ("uniform", "near_kink")})),
         Op("piecewise_expr", f"tw.piecewise({PW_EXPR}, x, tol=1e-3): knots chosen by the "
            "compiler (the kink of Abs is a knot); the expression is the reference",
-           lambda a: numeric.piecewise(PW_EXPR, a, tol=1e-3),
+           lambda a: tw.piecewise(PW_EXPR, a, tol=1e-3),
            lambda a: np.sin(a) + np.abs(a) / 2,
            {"uniform": Dist(uniform(-3, 3), real(-3, 3)),
             "near_kink": Dist(near([0.0], 0.05), real(-3, 3))},
@@ -262,18 +262,18 @@ def _table_ops() -> list[Op]:
            {"integers": Dist(integers(-3, 3, 2), whole(-3, 3, 2))}, exact,
            both({"abs": EXACT}, ["integers"])),
         Op("equals", "tw.equals([a, b], [1, -2]): one hinge on the summed mismatch",
-           lambda a, b: numeric.equals(torch.cat([a, b], -1), [1, -2]),
+           lambda a, b: tw.equals(torch.cat([a, b], -1), [1, -2]),
            lambda a, b: ((a == 1) & (b == -2)).astype(np.float64),
            {"integers": Dist(integers(-3, 3, 2), whole(-3, 3, 2))}, exact,
            both({"abs": EXACT}, ["integers"])),
         Op("lookup2", "tw.lookup2 on a 5 x 7 table: one staircase on a*7 + b",
-           lambda a, b: numeric.lookup2(a, b, _table()),
+           lambda a, b: tw.lookup2(a, b, _table()),
            lambda a, b: np.array([_table()[(int(i), int(j))] for i, j in zip(a, b, strict=True)]),
            {"integers": Dist(_pair(0, 4, 0, 6), (Claim(0, 4, True), Claim(0, 6, True)))},
            exact, both({"abs": EXACT}, ["integers"])),
         Op("digits", "tw.digits_to_number(tw.number_to_digits(v, 5)): floors of v/10**k "
            "(two-stage staircases where one stage would leave fp32's exact range)",
-           lambda a: numeric.digits_to_number(numeric.number_to_digits(a, 5)),
+           lambda a: tw.digits_to_number(tw.number_to_digits(a, 5)),
            lambda a: a.copy(), {"integers": Dist(integers(0, 99999), whole(0, 99999))}, exact,
            both({"abs": EXACT}, ["integers"])),
     ]

@@ -56,7 +56,7 @@ def _value(program: tw.Compiled, name: str, ids: list[int]) -> torch.Tensor:
 def _read(program: tw.Compiled, name: str) -> Lin:
     if name != "mean":
         return program.build.program.output
-    (col,) = program.build.program.views["mean"]
+    (col,) = program.build.program.nodes["mean"].columns
     return col
 
 

@@ -559,7 +559,7 @@ def test_sqrt_interpolation_bound_is_finite_without_warnings():
     v = sympy.Symbol("v")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bound = tw.numeric.interpolation_error(sympy.sqrt(v), list(range(10)))
+        bound = tw.functions.interpolation_error(sympy.sqrt(v), list(range(10)))
     assert math.isfinite(bound) and bound <= 0.3  # the true error is 1/4, on [0, 1]
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
 

@@ -13,7 +13,6 @@ import torch
 from test_ops_helpers import Claim, Probe, fp32, run_probes
 
 import torchwright_fx as tw
-from torchwright_fx import numeric
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ops import relu as R
 from torchwright_fx.ops import swiglu as S
@@ -99,21 +98,21 @@ def test_equality_of_real_valued_streams_is_rejected():
 
 def test_too_close_breakpoints_are_rejected_on_swiglu_only():
     def prog(x):
-        return numeric.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0])  # MARK
+        return tw.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0])  # MARK
 
     msg = _compile_error(prog, "swiglu")
     assert _line_of(prog, "MARK") in msg and "input_scale" in msg
     tw.compile(prog, vocab=VOCAB, max_seq_len=16, machine="relu").compile()
 
     def sharper(x):
-        return numeric.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0], input_scale=4.0)
+        return tw.piecewise(abs, tw.code(x), [0.0, 0.1, 5.0], input_scale=4.0)
 
     tw.compile(sharper, vocab=VOCAB, max_seq_len=16).compile()
 
 
 def test_number_to_digits_needs_a_non_negative_range():
     def prog(x):
-        return numeric.number_to_digits(tw.code(x) - 5, 2)[:, :1]  # MARK
+        return tw.number_to_digits(tw.code(x) - 5, 2)[:, :1]  # MARK
 
     assert _line_of(prog, "MARK") in _compile_error(prog)
 
@@ -121,7 +120,7 @@ def test_number_to_digits_needs_a_non_negative_range():
 def test_lookup2_needs_integer_keys():
     def prog(x):
         half = tw.code(x) / 2
-        return numeric.lookup2(half, tw.code(x), {(0, 0): 1.0})  # MARK
+        return tw.lookup2(half, tw.code(x), {(0, 0): 1.0})  # MARK
 
     msg = _compile_error(prog)
     assert _line_of(prog, "MARK") in msg and "integral=True" in msg

@@ -7,7 +7,7 @@ embedding), moved one position on by ``tw.shift`` (so the op reads one materiali
 in a real program, rather than a fold of every one-hot column) and declared with ``tw.claim``.
 Token i sits at position i, so one run evaluates every probe at n points (positions 2..n+1).
 Many probes share one compiled program; each op's value is its fx node's affine form
-(``program.views``), every signal read right after the sublayer that writes it.
+(``program.nodes``), every signal read right after the sublayer that writes it.
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def run_probes(probes: Sequence[Probe], machine: MachineKind) -> list[torch.Tens
     n = len(probes[0].inputs[0])
     ids = [compiled.vocab.bos_id, *range(3, 3 + n), 3]
     _, states = runtime.forward(compiled.machine, ids, capture=True)
-    views = compiled.build.program.views
-    return [read_lin(compiled, views[name][0], states)[2:] for name in names]
+    nodes = compiled.build.program.nodes
+    return [read_lin(compiled, nodes[name].columns[0], states)[2:] for name in names]
 
 
 def fp32(values: Sequence[float]) -> torch.Tensor:

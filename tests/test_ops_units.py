@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from test_ops_helpers import Claim, Probe, fp32, run_probes
 
 import torchwright_fx as tw
-from torchwright_fx import numeric
 from torchwright_fx.ops import numerics
 from torchwright_fx.ops.numerics import RAMP_WIDTH
 
@@ -82,7 +81,7 @@ def _linear_cases() -> list[Case]:
             pairs(-8, 8), [C8, C8]),
         Case("stack", lambda a, b: torch.stack([a[:, 0], b[:, 0]], -1).sum(-1, keepdim=True),
              lambda a, b: a + b, pairs(-8, 8), [C8, C8]),
-        Case("digits_to_number", lambda a, b: numeric.digits_to_number([a, b], base=7),
+        Case("digits_to_number", lambda a, b: tw.digits_to_number([a, b], base=7),
              lambda a, b: 7 * a + b, pairs(0, 6, True), [Claim(0, 6, True)] * 2),
     ]
 
@@ -104,7 +103,7 @@ def _product_cases() -> list[Case]:
              [edge_points(-16, -0.5)], [Claim(-16, -0.5)], ("reciprocal", "uniform")),
         Case("reciprocal_int", lambda a: 3 / a, lambda a: 3 / a, [edge_points(1, 40, True)],
              [Claim(1, 40, True)]),
-        Case("reciprocal_tight", lambda a: numeric.reciprocal(a, rel_tol=1e-4), lambda a: 1 / a,
+        Case("reciprocal_tight", lambda a: tw.reciprocal(a, rel_tol=1e-4), lambda a: 1 / a,
              [edge_points(1, 4)], [Claim(1, 4)], 1e-4),
         Case("divide", lambda a, b: a / b, lambda a, b: a / b, [REAL8, edge_points(1, 4)],
              [C8, Claim(1, 4)], 8 * 1e-3 + 1e-2),
@@ -132,12 +131,12 @@ def _hinge_cases() -> list[Case]:
              [REAL8], [C8], ("clamp", "near_kink")),
         Case("clamp_streams", lambda a, b: torch.clamp(a, min=b, max=b + 3),
              lambda a, b: np.minimum(np.maximum(a, b), b + 3), pairs(-8, 8, True), [W8, W8]),
-        Case("piecewise", lambda a: numeric.piecewise(lambda t: t ** 3, a, PW_XS),
+        Case("piecewise", lambda a: tw.piecewise(lambda t: t ** 3, a, PW_XS),
              lambda a: np.interp(a, PW_XS, [t ** 3 for t in PW_XS]), [REAL8 + PW_XS], [C8],
              _largest_slope_change(PW_XS, lambda t: t ** 3) * numerics.HINGE_MAX_ERROR / 128),
-        Case("piecewise_sympy", lambda a: numeric.piecewise(sympy.exp(X / 4), a, tol=1e-3),
+        Case("piecewise_sympy", lambda a: tw.piecewise(sympy.exp(X / 4), a, tol=1e-3),
              lambda a: np.exp(a / 4), [REAL8], [C8], 1e-3 + 1e-6),
-        Case("piecewise_kink", lambda a: numeric.piecewise(sympy.Max(X, 1) - sympy.Abs(X + 2),
+        Case("piecewise_kink", lambda a: tw.piecewise(sympy.Max(X, 1) - sympy.Abs(X + 2),
                                                            a, tol=1e-3),
              lambda a: np.maximum(a, 1) - np.abs(a + 2), [REAL8 + [1.0, -2.0, 0.99, -2.01]],
              [C8], 1e-3 + 1e-6),
@@ -198,9 +197,9 @@ def _logic_cases() -> list[Case]:
              [w3, w3]),
         Case("where", lambda a, b: torch.where(a > 0, a * 2, b), lambda a, b: np.where(
             a > 0, a * 2, b), [a, b], [w3, w3]),
-        Case("equals", lambda a, b: numeric.equals(torch.cat([a, b], -1), [1, -3]),
+        Case("equals", lambda a, b: tw.equals(torch.cat([a, b], -1), [1, -3]),
              lambda a, b: ((a == 1) & (b == -3)) * 1.0, [a + [1.0], b + [-3.0]], [w3, w3]),
-        Case("equals_middle", lambda a, b: numeric.equals(torch.cat([a, b], -1), [0, 2]),
+        Case("equals_middle", lambda a, b: tw.equals(torch.cat([a, b], -1), [0, 2]),
              lambda a, b: ((a == 0) & (b == 2)) * 1.0, [a + [0.0], b + [2.0]], [w3, w3]),
     ]
 
@@ -215,16 +214,16 @@ def _lookup_cases() -> list[Case]:
         Case("lookup", lambda a: tw.lookup(a, {0: 5.0, 2: -1.0, 3: 7.5}, default=0.25),
              lambda a: np.array([{0: 5.0, 2: -1.0, 3: 7.5}.get(int(v), 0.25) for v in a]),
              [a], [Claim(0, 3, True)]),
-        Case("lookup2", lambda a, b: numeric.lookup2(a, b, {(i, j): _table(i, j) for i in range(4)
+        Case("lookup2", lambda a, b: tw.lookup2(a, b, {(i, j): _table(i, j) for i in range(4)
                                                             for j in range(6) if i != j}, -9.0),
              lambda a, b: np.array([-9.0 if i == j else _table(int(i), int(j))
                                     for i, j in zip(a, b, strict=True)]),
              [a, b], [Claim(0, 3, True), Claim(0, 5, True)]),
-        Case("lookup2_grid_table", lambda a, b: numeric.lookup2(a, b, [[1, 2], [3, 4], [5, 6]]),
+        Case("lookup2_grid_table", lambda a, b: tw.lookup2(a, b, [[1, 2], [3, 4], [5, 6]]),
              lambda a, b: 2 * a + b + 1, [[v % 3 for v in a], [v % 2 for v in b]],
              [Claim(0, 2, True), Claim(0, 1, True)]),
     ] + [
-        Case(f"number_to_digits_{k}", lambda a, k=k: numeric.number_to_digits(a, 4)[:, k:k + 1],
+        Case(f"number_to_digits_{k}", lambda a, k=k: tw.number_to_digits(a, 4)[:, k:k + 1],
              lambda a, k=k: np.mod(np.floor(a / 10 ** (3 - k)), 10),
              [[0.0, 9999.0, 12345.0, 99999.0, 1000.0, 999.0, 7.0, 10.0, 54321.0]],
              [Claim(0, 99999, True)]) for k in range(4)

@@ -4,6 +4,8 @@ from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
 from torchwright_fx.capture.errors import CompileError, TorchwrightError
+from torchwright_fx.capture.registry import using_vocab
+from torchwright_fx.functions import piecewise, reciprocal
 from torchwright_fx.intrinsics import (
     check,
     claim,
@@ -11,21 +13,12 @@ from torchwright_fx.intrinsics import (
     emit,
     is_token,
     latch,
-    lookup,
     shift,
     token,
-    using_vocab,
-)
-from torchwright_fx.numeric import (
-    digits_to_number,
-    equals,
-    lookup2,
-    number_to_digits,
-    piecewise,
-    reciprocal,
 )
 from torchwright_fx.positional import argmax, argmin, gather, mean, position, steps_since
 from torchwright_fx.selectors import aggregate, select, select_latest, selector_width
+from torchwright_fx.tables import digits_to_number, equals, lookup, lookup2, number_to_digits
 from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 

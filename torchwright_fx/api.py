@@ -22,7 +22,8 @@ from torchwright_fx.capture.errors import (
     node_source,
     op_name,
 )
-from torchwright_fx.intrinsics import using_vocab
+from torchwright_fx.capture.propagate import shape
+from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
 from torchwright_fx.pipeline import Build, Options
@@ -63,7 +64,7 @@ class Traced:
         """Per fx node: name, op, width, its facts (range, lattice, exactness), the user's
         source line (``file:line: code``)."""
         facts = self.facts()
-        return [(n.name, op_name(n), str(n.meta.get("tw_width", "")),
+        return [(n.name, op_name(n), str(getattr(shape(n), "width", "")),
                  _describe_facts(facts.get(n.name)),
                  "" if n.op in ("placeholder", "output") else node_source(n))
                 for n in self.graph.nodes]

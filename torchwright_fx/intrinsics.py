@@ -9,144 +9,33 @@ use them.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import torch
 import torch.fx
 
+from torchwright_fx.capture.registry import (
+    checks_on,
+    current_vocab,
+    intrinsic,
+    resolve_callables,
+    token_value,
+)
+from torchwright_fx.ir.graph import Check
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, EXACT, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, ffn, numerics
 from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_REL, CLAIM_INTEGRAL_TOL
-from torchwright_fx.vocab import Vocab
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_VOCAB: contextvars.ContextVar[Vocab | None] = contextvars.ContextVar("tw_vocab", default=None)
-
-
-@contextlib.contextmanager
-def using_vocab(vocab: Vocab) -> Iterator[None]:
-    """Make ``vocab`` the one that token names resolve against (set by trace and reference)."""
-    token = _VOCAB.set(vocab)
-    try:
-        yield
-    finally:
-        _VOCAB.reset(token)
-
-
-_CHECKS_ON: contextvars.ContextVar[bool] = contextvars.ContextVar("tw_checks", default=True)
-
-
-@contextlib.contextmanager
-def checks_disabled() -> Iterator[None]:
-    """Skip tw.check / tw.claim assertions (compile-time shape runs use inputs outside the
-    program's domain)."""
-    token = _CHECKS_ON.set(False)
-    try:
-        yield
-    finally:
-        _CHECKS_ON.reset(token)
-
-
-def current_vocab() -> Vocab:
-    vocab = _VOCAB.get()
-    if vocab is None:
-        raise RuntimeError("token names need a vocabulary: run the program through tw.trace, "
-                           "tw.compile or .reference(), or inside tw.using_vocab(vocab)")
-    return vocab
-
-
-@dataclass(frozen=True)
-class IntrinsicInfo:
-    eager: Callable[..., Any]
-    lower: Callable[..., Any]
-    machine: str | None = None  # set for ops that belong to one op library
-
-
-INTRINSICS: list[Callable[..., Any]] = []
-
-
-def _find_proxy(obj: object) -> torch.fx.Proxy | None:
-    if isinstance(obj, torch.fx.Proxy):
-        return obj
-    if isinstance(obj, (list, tuple)):
-        for item in obj:
-            found = _find_proxy(item)
-            if found is not None:
-                return found
-    if isinstance(obj, dict):
-        return _find_proxy(list(obj.values()))
-    return None
-
-
-# fx graphs hold only plain data as arguments; a Python callable passed to an intrinsic (a
-# tw.check predicate) is stored here and referred to by a string key.
-_CALLABLES: dict[str, Callable[..., Any]] = {}
-_CALLABLE_PREFIX = "<tw-callable:"
-
-
-def _refer_callables(obj: Any) -> Any:
-    if callable(obj) and not isinstance(obj, (torch.Tensor, torch.fx.Proxy)):
-        key = f"{_CALLABLE_PREFIX}{id(obj)}>"
-        _CALLABLES[key] = obj
-        return key
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_refer_callables(o) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _refer_callables(v) for k, v in obj.items()}
-    return obj
-
-
-def resolve_callables(obj: Any) -> Any:
-    if isinstance(obj, str) and obj.startswith(_CALLABLE_PREFIX):
-        return _CALLABLES[obj]
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(resolve_callables(o) for o in obj)
-    if isinstance(obj, dict):
-        return {k: resolve_callables(v) for k, v in obj.items()}
-    return obj
-
-
-def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable[[F], F]:
-    """Declare ``eager`` as an intrinsic lowered by ``lower(ctx, *args, **kwargs)``."""
-
-    def deco(eager: F) -> F:
-        @functools.wraps(eager)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            proxy = _find_proxy((args, kwargs))
-            if proxy is not None:
-                args, kwargs = _refer_callables(args), _refer_callables(kwargs)
-                return proxy.tracer.create_proxy("call_function", wrapper, args, kwargs)
-            return eager(*resolve_callables(args), **resolve_callables(kwargs))
-
-        wrapper.__tw_intrinsic__ = IntrinsicInfo(eager, lower, machine)  # type: ignore[attr-defined]
-        INTRINSICS.append(wrapper)
-        return cast(F, wrapper)
-
-    return deco
-
-
-def info(target: object) -> IntrinsicInfo | None:
-    return getattr(target, "__tw_intrinsic__", None)
 
 
 def _col(v: torch.Tensor) -> torch.Tensor:
     return v if v.dim() == 2 else v.reshape(v.shape[0], -1)
-
-
-def _code(token: str | float | int) -> float:
-    return float(current_vocab()[token]) if isinstance(token, str) else float(token)
 
 
 # -- token intrinsics --------------------------------------------------------------------------
@@ -171,7 +60,7 @@ def is_token(x: torch.Tensor, tokens: str | Sequence[str]) -> torch.Tensor:
 
 def token(name: str) -> float:
     """The code (id) of a token, as a constant: ``torch.where(c, tw.token("1"), tw.token("0"))``."""
-    return _code(name)
+    return token_value(name)
 
 
 def _lower_code(ctx: LowerCtx, x: Stream) -> Stream:
@@ -183,70 +72,6 @@ def _lower_code(ctx: LowerCtx, x: Stream) -> Stream:
 def code(x: torch.Tensor) -> torch.Tensor:
     """The token code (id) at each position, ``[seq, 1]``."""
     return (x * torch.arange(x.shape[1], dtype=x.dtype)).sum(-1, keepdim=True)
-
-
-# -- lookup ------------------------------------------------------------------------------------
-def _table_value(value: str | float | int) -> float:
-    return _code(value) if isinstance(value, str) else float(value)
-
-
-def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 0.0) -> Stream:
-    fallback = _table_value(default)
-    if ctx.node.args[0] is _input_node(ctx):  # the token stream itself: a per-token table
-        row = [fallback] * len(ctx.vocab)
-        for key, value in table.items():
-            row[ctx.vocab[key]] = _table_value(value)
-        col = sum((c * row[i] for i, c in enumerate(v.cols)), Lin())
-        return Stream([col], [_hull(row)])
-    if v.width != 1:
-        raise ctx.error(f"lookup keys must be one column, got width {v.width}")
-    entries = {int(k): _table_value(val) for k, val in table.items()}
-    key = v.ranges[0]
-    try:
-        f = ffn.lookup_function(key, entries, fallback)
-    except ffn.RangeError as e:
-        raise ctx.error(str(e), "declare the key's range with tw.claim(v, lo, hi, "
-                                "integral=True)") from None
-    lo, hi = math.ceil(key.lo), math.floor(key.hi)
-    reached = [entries.get(k, fallback) for k in range(lo, hi + 1)] or [fallback]
-    # The whole value in the bank (the lanes expanded from the middle of the key range stay
-    # small, and so do the partial sums of whoever reads the column).
-    bank = ctx.bank(1)
-    ffn.emit_into_bank(bank, 0, v.cols[0], key, f)
-    grid = ffn.Grid(Fraction(1), Fraction(0))
-    signals = ctx.prog.signals
-    exact = ffn.exact_lanes(f, v.cols[0], key, lambda sid: signals[sid].range,
-                            ctx.prog.embed_tables)
-    rng = _hull(reached).with_noise(ffn.pwl_noise(f, key, grid, ctx.prog.machine, exact))
-    return Stream(ctx.finish(bank, [rng]), [rng])
-
-
-def _input_node(ctx: LowerCtx) -> torch.fx.Node:
-    return ctx.input_node
-
-
-def _hull(values: Sequence[float]) -> Interval:
-    return Interval.of_values(list(values))
-
-
-@intrinsic(_lower_lookup)
-def lookup(v: torch.Tensor, table: dict, default: str | float = 0.0) -> torch.Tensor:
-    """``table[key]`` at each position, ``default`` for keys not in the table.
-
-    On the token stream ``x`` the keys are tokens (a per-token table, free in the embedding);
-    on an integer-valued ``[seq, 1]`` stream the keys are integers. Values may be numbers or
-    token names (their codes).
-    """
-    fallback = _table_value(default)
-    if v.dim() == 2 and v.shape[1] == len(current_vocab()) and v.shape[1] > 1:
-        vocab = current_vocab()
-        row = torch.full((len(vocab),), fallback)
-        for key, value in table.items():
-            row[vocab[key]] = _table_value(value)
-        return (v @ row)[:, None]
-    keys = _col(v)[:, 0].round().long().tolist()
-    values = {int(k): _table_value(val) for k, val in table.items()}
-    return torch.tensor([values.get(k, fallback) for k in keys])[:, None]
 
 
 # -- attention intrinsics ----------------------------------------------------------------------
@@ -314,7 +139,7 @@ def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream
 
 
 def _onehot(ctx: LowerCtx) -> Stream:
-    return cast(Stream, _input_node(ctx).meta["tw_stream"])
+    return ctx.tokens
 
 
 @intrinsic(_lower_latch)
@@ -337,8 +162,8 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
                         "build it from tw.is_token, comparisons and & | ~; a value you know is "
                         "always 0 or 1 can be declared with tw.claim(v, 0, 1, integral=True)")
     _need_gate(ctx, trigger.ranges[0], "emit's trigger")
-    fallback = _table_value(default)
-    items = [to_stream(_table_value(s) if isinstance(s, str) else s, 1) for s in seq]
+    fallback = token_value(default)
+    items = [to_stream(token_value(s) if isinstance(s, str) else s, 1) for s in seq]
     flags = [trigger.cols[0]]
     for k in range(1, len(items)):
         flags.append(_lower_shift(ctx, trigger, k).cols[0])
@@ -372,8 +197,8 @@ def emit(trigger: torch.Tensor, seq: Sequence[Any], default: str | float = "<eos
     names; the value at position i is the code of the token the model predicts next."""
     trig = _col(trigger)[:, 0]
     n = trig.shape[0]
-    fallback = _table_value(default)
-    items = [torch.full((n,), _table_value(s)) if isinstance(s, (str, int, float))
+    fallback = token_value(default)
+    items = [torch.full((n,), token_value(s)) if isinstance(s, (str, int, float))
              else _col(s)[:, 0] for s in seq]
     out = torch.full((n,), fallback)
     last = -1
@@ -416,7 +241,7 @@ def claim(v: torch.Tensor, lo: float, hi: float, integral: bool = False) -> torc
     """Declare that every value of ``v`` lies in [lo, hi] (and is an integer if ``integral``);
     checked here, trusted by the compiler to size its constructions."""
     snapped = v.round() if integral else v  # eager fp32 noise (7/23 * 23 = 6.9999995)
-    if _CHECKS_ON.get() and v.numel():
+    if checks_on() and v.numel():
         if integral:
             off = (v - snapped).abs() - v.abs() * CLAIM_INTEGRAL_REL
             if float(off.max()) > CLAIM_INTEGRAL_TOL:
@@ -443,9 +268,7 @@ def _claim_where(position: int) -> str:
 
 
 def _lower_check(ctx: LowerCtx, v: Stream, predicate: str, msg: str = "") -> Stream:
-    checks = ctx.prog.memo.setdefault("checks", [])
-    assert isinstance(checks, list)
-    checks.append((ctx.name, resolve_callables(predicate), msg, ctx.source))
+    ctx.prog.checks.append(Check(ctx.name, resolve_callables(predicate), msg, ctx.source))
     return v
 
 
@@ -454,7 +277,7 @@ def check(v: torch.Tensor, predicate: Callable[[torch.Tensor], torch.Tensor], ms
           ) -> torch.Tensor:
     """Assert ``predicate(v)`` (elementwise, all true). Checked in the reference run (exact
     math) and, by ``Compiled.probe``, against the compiled values of ``v``. Returns ``v``."""
-    if not _CHECKS_ON.get():
+    if not checks_on():
         return v
     ok = predicate(v)
     if not bool(torch.as_tensor(ok).all()):

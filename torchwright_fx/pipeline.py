@@ -95,7 +95,8 @@ def lower_facts(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
                 ) -> dict[str, list[Interval]]:
     """The facts of every fx node (a lowering run for its facts only, e.g. to show them)."""
     geom = Geometry(opts.d_head, opts.max_seq_len)
-    return lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code").facts
+    prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
+    return {name: list(rec.intervals) for name, rec in prog.nodes.items()}
 
 
 def schedule_program(prog: Program, opts: Options) -> Plan:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, intrinsic, latch
+from torchwright_fx.capture.registry import intrinsic
+from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
 from torchwright_fx.lower.context import LowerCtx
@@ -207,7 +208,7 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     # third of it is headroom. An error e of the square against the decoded position moves the
     # lead by up to 2 gain e, the fp32 rounding of the two logits by twice logit_rounding:
     # together they must stay within that third.
-    square_noise = float(ctx.prog.memo["position_squared_table_error"])  # type: ignore[arg-type]
+    square_noise = ctx.prog.shared.position_squared_error
     gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
     c = _centre(ctx.geom.max_seq_len)
     top = float(max(c, ctx.geom.max_seq_len - 1 - c))  # the largest |centred position|
@@ -238,9 +239,8 @@ def _centre(n: int) -> int:
 
 def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
     """(p - c)^2 for the decoded position p and c = _centre(max_seq_len)."""
-    cached = ctx.prog.memo.get("position_squared")
-    if isinstance(cached, Lin):
-        return cached
+    if ctx.prog.shared.position_squared is not None:
+        return ctx.prog.shared.position_squared
     bank = ctx.bank(1)
     n = ctx.geom.max_seq_len
     c = _centre(n)
@@ -258,8 +258,8 @@ def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
     noise = 2 * top * r.noise + r.noise ** 2 + table
     rng = Interval(0, top ** 2, True, noise=noise)
     (sq,) = bank.finish(ctx.prog, [rng], f"{ctx.name}.position_squared", ctx.source)
-    ctx.prog.memo["position_squared"] = sq
-    ctx.prog.memo["position_squared_table_error"] = table  # |sq - p'^2| for the decoded p
+    ctx.prog.shared.position_squared = sq
+    ctx.prog.shared.position_squared_error = table  # |sq - p'^2| for the decoded p
     return sq
 
 

@@ -46,13 +46,10 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.capture.registry import current_vocab, intrinsic, resolve_callables, token_value
 from torchwright_fx.intrinsics import (
     _col,
     _moved,
-    _table_value,
-    current_vocab,
-    intrinsic,
-    resolve_callables,
 )
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
@@ -152,7 +149,7 @@ def _values_column(v: torch.Tensor | float, n: int) -> torch.Tensor:
 
 
 def _default_value(default: str | float) -> float:
-    return _table_value(default)
+    return token_value(default)
 
 
 @intrinsic(lambda ctx, sel, v, default=0.0: _lower_aggregate(ctx, sel, v, default))

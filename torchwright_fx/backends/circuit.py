@@ -107,11 +107,11 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
             "signals": [_signal_entry(prog, plan, s) for s in signals_of.get(node_name, [])],
             "reads": reads(node_name),
         }
-        view = prog.views.get(node_name)
-        if view is not None:  # its value, as affine forms over residual columns
+        rec = prog.nodes.get(node_name)
+        if rec is not None:  # its value, as affine forms over residual columns
             entry["value"] = [{"const": lin.const,
                                "columns": {str(plan.columns[s]): c for s, c in lin.terms.items()
-                                           if s in plan.columns}} for lin in view]
+                                           if s in plan.columns}} for lin in rec.columns]
         nodes.append(entry)
     cancels = [{"layer": i, "head": h, "columns": sorted(plan.columns[s] for s in head.outputs
                                                            if s in plan.columns)}

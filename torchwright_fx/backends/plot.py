@@ -57,8 +57,8 @@ def signal_labels(prog: Program) -> dict[int, str]:
     """Live signal -> its label: its producer's fx node name; for a value of the embedding, the
     first fx node whose value is exactly it, beside the signal's own name (``x['1']``)."""
     out: dict[int, str] = {}
-    for node, view in prog.views.items():
-        for lin in view:
+    for node, rec in prog.nodes.items():
+        for lin in rec.columns:
             if lin.const == 0.0 and len(lin.terms) == 1:
                 (sid, coef), = lin.terms.items()
                 sig = prog.signals.get(sid)

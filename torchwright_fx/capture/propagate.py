@@ -7,14 +7,32 @@ causal). Value ranges are derived during lowering, one rule per op (``lower/tabl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
 from torchwright_fx.capture.errors import CompileError, node_error
-from torchwright_fx.intrinsics import checks_disabled, using_vocab
+from torchwright_fx.capture.registry import checks_disabled, using_vocab
 from torchwright_fx.vocab import Vocab
+
+META_KEY = "tw"  # the one fx meta entry the compiler writes, like torch.fx's "tensor_meta"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What running the eager semantics once tells about a node's stream."""
+
+    width: int  # columns per position
+    dtype: torch.dtype
+    bos: torch.Tensor  # its value at position 0 (the <bos> row), known at compile time
+
+
+def shape(node: torch.fx.Node) -> NodeShape | None:
+    """The node's shape record (None: not a stream, e.g. a Python constant or a selector)."""
+    record = node.meta.get(META_KEY)
+    return record if isinstance(record, NodeShape) else None
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -30,9 +48,8 @@ class _Recorder(torch.fx.Interpreter):
             if value.dim() > 2:
                 raise node_error(n, f"produces a {value.dim()}-D tensor {tuple(value.shape)}",
                                  "streams are [seq, width]: keep operations on the last dim")
-            n.meta["tw_width"] = int(value.shape[1]) if value.dim() == 2 else 1
-            n.meta["tw_dtype"] = value.dtype
-            n.meta["tw_bos"] = value[0].detach().clone()
+            n.meta[META_KEY] = NodeShape(int(value.shape[1]) if value.dim() == 2 else 1,
+                                         value.dtype, value[0].detach().clone())
         return value
 
 

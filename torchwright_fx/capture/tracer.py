@@ -12,7 +12,7 @@ import torch
 import torch.fx
 
 from torchwright_fx.capture.errors import CompileError, is_user_file, user_frame_from_traceback
-from torchwright_fx.intrinsics import INTRINSICS, using_vocab
+from torchwright_fx.capture.registry import INTRINSICS, using_vocab
 from torchwright_fx.vocab import Vocab
 
 

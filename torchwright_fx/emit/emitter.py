@@ -20,7 +20,7 @@ from torchwright_fx.schedule.plan import Plan
 def data_energy(prog: Program) -> float:
     """An upper bound on the sum of squares of all data columns at any position."""
     total = 1.0  # the constant column
-    for s in prog.live:
+    for s in prog.live_signals():
         rng = prog.signals[s].range
         if not rng.finite:
             raise ValueError(f"signal {prog.signals[s].name} ({prog.signals[s].source}) has no "
@@ -52,7 +52,7 @@ class _Writer:
         return out
 
     def column(self, sid: int) -> int | None:
-        return self.plan.columns.get(sid) if sid in self.prog.live else None
+        return self.plan.columns.get(sid) if sid in self.prog.live_signals() else None
 
 
 class _Sparse:

@@ -8,8 +8,10 @@ signals, so linear maps, adds, concats and slices never become nodes (see ``line
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
@@ -75,9 +77,47 @@ class Head:
 Producer = FFN | Head
 
 
+@dataclass(frozen=True)
+class NodeRecord:
+    """What lowering established about one fx node: its columns (affine forms over signals)
+    and one ``Interval`` per column (value range, lattice, integrality, fp32 noise bound). The
+    rest of the pipeline (probe, circuit map, plots, ``Compiled.facts``) reads this record."""
+
+    name: str
+    source: str  # the user's source line
+    columns: tuple[Lin, ...]
+    intervals: tuple[Interval, ...]
+    error_bound: float | None = None  # a requested approximation's bound (tw.piecewise of sympy)
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A ``tw.check`` on a node: ``predicate`` over its compiled values, verified by probe."""
+
+    node: str
+    predicate: Callable[[Any], Any]
+    message: str
+    source: str
+
+
+@dataclass
+class Shared:
+    """Sub-results built once per program and read by every op that needs them."""
+
+    position: Lin | None = None  # the decoded position (ops/position.py)
+    position_squared: Lin | None = None  # its square, for tw.gather (positional.py)
+    position_squared_error: float = 0.0  # |position_squared - position**2|
+    indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
+
+
 @dataclass
 class Program:
-    """The lowered program: what the scheduler and emitter consume."""
+    """The lowered program: what the scheduler and emitter consume. Lowering builds it; each
+    pass returns a new one (``copy``) and ``check`` states what every stage may rely on."""
 
     vocab: Vocab
     machine: MachineKind
@@ -87,12 +127,31 @@ class Program:
     output: Lin = field(default_factory=Lin)
     output_range: Interval = field(default_factory=lambda: Interval.point(0.0))  # its facts
     approximations: list[str] = field(default_factory=list)  # accepted with exact=False
-    views: dict[str, list[Lin]] = field(default_factory=dict)  # fx node name -> its columns
-    sources: dict[str, str] = field(default_factory=dict)  # fx node name -> user source line
-    facts: dict[str, list[Interval]] = field(default_factory=dict)  # fx node name -> per column
-    live: set[int] = field(default_factory=set)  # signals something reads (set by passes.dce)
-    memo: dict[str, object] = field(default_factory=dict)  # shared sub-results (e.g. position)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)  # fx node name -> its record
+    checks: list[Check] = field(default_factory=list)
+    live: frozenset[int] | None = None  # signals something reads (None until passes.dce)
+    shared: Shared = field(default_factory=Shared)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
+
+    def copy(self, **changes: Any) -> Program:
+        """A new program sharing nothing mutable with this one (records are frozen; producer
+        lists are copied), with ``changes`` applied: what a pass returns."""
+        fields: dict[str, Any] = dict(
+            signals=dict(self.signals), embed_tables=dict(self.embed_tables),
+            producers={pid: _copy_producer(p) for pid, p in self.producers.items()},
+            approximations=list(self.approximations), nodes=dict(self.nodes),
+            checks=list(self.checks),
+            shared=Shared(self.shared.position, self.shared.position_squared,
+                          self.shared.position_squared_error, dict(self.shared.indicators)),
+            _embed_index=dict(self._embed_index))
+        fields.update(changes)
+        return dataclasses.replace(self, **fields)
+
+    def live_signals(self) -> frozenset[int]:
+        """The signals dead-code elimination kept; a stage after it may rely on this."""
+        if self.live is None:
+            raise RuntimeError("Program.live is set by passes.dce.eliminate_dead; run it first")
+        return self.live
 
     # -- building -------------------------------------------------------------------------
     def new_signal(self, producer: int, rng: Interval, name: str, source: str) -> int:
@@ -128,3 +187,48 @@ class Program:
             for s in p.reads():
                 out[s].append(p.id)
         return out
+
+    # -- invariants -----------------------------------------------------------------------
+    def check(self, stage: str) -> None:
+        """What every stage after ``stage`` relies on; an AssertionError names the broken one
+        (a compiler bug, never a user error)."""
+        def reads_known(lin: Lin, where: str) -> None:
+            unknown = lin.signals() - self.signals.keys()
+            assert not unknown, f"after {stage}: {where} reads unknown signals {sorted(unknown)}"
+
+        for sid, sig in self.signals.items():
+            assert sig.id == sid, f"after {stage}: signal {sid} records id {sig.id}"
+        for sid, table in self.embed_tables.items():
+            assert self.signals[sid].producer == EMBED and len(table) == len(self.vocab), \
+                f"after {stage}: embedding table of signal {sid} is not one row per token"
+        for pid, p in self.producers.items():
+            assert p.id == pid, f"after {stage}: producer {pid} records id {p.id}"
+            for s in p.reads():
+                assert s in self.signals, f"after {stage}: {p.name} reads unknown signal {s}"
+            for s in p.outputs:
+                assert self.signals[s].producer == pid, \
+                    f"after {stage}: {p.name} writes signal {s} recorded as another producer's"
+            if isinstance(p, Head):
+                assert len(p.q) == len(p.k) and len(p.v) == len(p.outputs), \
+                    f"after {stage}: head {p.name} has mismatched q/k or v/outputs"
+        reads_known(self.output, "the output")
+        for rec in self.nodes.values():
+            assert len(rec.columns) == len(rec.intervals), \
+                f"after {stage}: node {rec.name} has {len(rec.columns)} columns and " \
+                f"{len(rec.intervals)} intervals"
+        if self.live is not None:
+            assert self.output.signals() <= self.live, \
+                f"after {stage}: the output reads dead signals"
+            writers = {s for p in self.producers.values() for s in p.outputs}
+            for p in self.producers.values():
+                assert p.reads() <= self.live, f"after {stage}: {p.name} reads a dead signal"
+            for s in self.live:
+                assert s in self.embed_tables or s in writers, \
+                    f"after {stage}: live signal {s} has no producer"
+
+
+def _copy_producer(p: Producer) -> Producer:
+    if isinstance(p, FFN):
+        return FFN(p.id, list(p.lanes), {s: dict(w) for s, w in p.outputs.items()}, p.name,
+                   p.source)
+    return Head(p.id, list(p.q), list(p.k), list(p.v), list(p.outputs), p.name, p.source)

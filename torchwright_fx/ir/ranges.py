@@ -23,7 +23,8 @@ certificate (DESIGN §5), and the proof that the output is a whole token code.
   can sit on its threshold (``ops/ties.py``): there the reference may fall on either side.
 
 Every rule derives the facts of its output from those of its inputs (``lower/table/``,
-``intrinsics.py``, ``positional.py``, ``numeric.py``); the rules here are the arithmetic they share.
+``intrinsics.py``, ``tables.py``, ``functions.py``, ``positional.py``, ``selectors.py``); the
+rules here are the arithmetic they share.
 """
 
 from __future__ import annotations

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.fx
 
 from torchwright_fx.capture.errors import CompileError, node_error, node_source
+from torchwright_fx.capture.propagate import NodeShape, shape
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.vocab import Vocab
@@ -23,6 +25,9 @@ class LowerCtx:
     geom: Geometry
     vocab: Vocab
     node: torch.fx.Node
+    tokens: Stream = field(default_factory=lambda: Stream([], []))  # the token stream's one-hot
+    # a requested approximation's error bound, set by the rule (tw.piecewise of an expression)
+    error_bound: float | None = None
 
     @property
     def name(self) -> str:
@@ -33,8 +38,14 @@ class LowerCtx:
         return node_source(self.node)
 
     @property
+    def shape(self) -> NodeShape:
+        record = shape(self.node)
+        assert record is not None, f"{self.name} has no shape record (run capture.propagate)"
+        return record
+
+    @property
     def out_width(self) -> int:
-        return int(self.node.meta["tw_width"])
+        return self.shape.width
 
     def bank(self, n_outputs: int) -> Bank:
         return Bank(self.prog.machine, n_outputs)
@@ -52,7 +63,7 @@ class LowerCtx:
 
     def bos_indicator(self) -> Lin:
         """1 at the <bos> position, else 0: the token stream's <bos> embedding column."""
-        return self.input_node.meta["tw_stream"].cols[self.vocab.bos_id]
+        return self.tokens.cols[self.vocab.bos_id]
 
     def bos_row(self, arg_index: int, kwarg: str | None = None) -> torch.Tensor | None:
         """The value of an argument (positional index, or keyword) at the BOS position, known
@@ -61,7 +72,5 @@ class LowerCtx:
             arg = self.node.args[arg_index]
         else:
             arg = self.node.kwargs.get(kwarg) if kwarg else None
-        if isinstance(arg, torch.fx.Node):
-            row = arg.meta.get("tw_bos")
-            return row if isinstance(row, torch.Tensor) else None
-        return None
+        record = shape(arg) if isinstance(arg, torch.fx.Node) else None
+        return None if record is None else record.bos

@@ -1,4 +1,7 @@
-"""Walk the annotated fx graph once, turning every node into a ``Stream`` by its rule."""
+"""Walk the annotated fx graph once, turning every node into a ``Stream`` by its rule.
+
+The graph is read, never written: what lowering learns about a node goes into the program's
+``NodeRecord`` for it (``Program.nodes``)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ import torch
 import torch.fx
 
 from torchwright_fx.capture.errors import CompileError, node_error, node_source, op_name
-from torchwright_fx.intrinsics import info, using_vocab
-from torchwright_fx.ir.graph import MachineKind, Program
+from torchwright_fx.capture.registry import info, using_vocab
+from torchwright_fx.ir.graph import MachineKind, NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
@@ -97,24 +100,26 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line."""
     prog = Program(vocab, choose_machine(gm, machine))
+    tokens = Stream([prog.embed(tuple(float(i == t) for i in range(len(vocab))), BOOL,
+                                f"x[{vocab.tokens[t]!r}]", "<token stream>")
+                     for t in range(len(vocab))], [BOOL] * len(vocab))
     env: dict[torch.fx.Node, Any] = {}
     with using_vocab(vocab):
         for node in gm.graph.nodes:
             log: list[str] | None = None if exact else []
             with ffn.recording_approximations(log):
-                env[node] = _lower_node(gm, prog, geom, vocab, node, env, code_output)
+                env[node] = _lower_node(gm, prog, geom, vocab, tokens, node, env, code_output)
             prog.approximations += [f"{node_source(node)}: {what}" for what in log or []]
+    prog.check("lower")
     return prog
 
 
 def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: Vocab,
-                node: torch.fx.Node, env: dict[torch.fx.Node, Any], code_output: bool = True
-                ) -> Any:
+                tokens: Stream, node: torch.fx.Node, env: dict[torch.fx.Node, Any],
+                code_output: bool = True) -> Any:
+    ctx: LowerCtx | None = None
     if node.op == "placeholder":
-        cols = [prog.embed(tuple(float(i == t) for i in range(len(vocab))), BOOL,
-                           f"x[{vocab.tokens[t]!r}]", "<token stream>") for t in range(len(vocab))]
-        value: Any = Stream(cols, [BOOL] * len(vocab))
-        node.meta["tw_stream"] = value
+        value: Any = tokens
     elif node.op == "get_attr":
         value = gm
         for part in str(node.target).split("."):
@@ -134,7 +139,7 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
         except CompileError as e:
             raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
         if isinstance(result, torch.fx.Node):
-            value = decodable(LowerCtx(prog, geom, vocab, result), value)
+            value = decodable(LowerCtx(prog, geom, vocab, result, tokens), value)
             prog.output, prog.output_range = value.cols[0], value.ranges[0]
         if decode.margin(prog, prog.output, prog.output_range) <= 0:
             lo, hi = decode.reachable_codes(prog)
@@ -157,7 +162,7 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
             raise node_error(node, f"no lowering for {name}", HINTS.get(
                 name.split(".")[-1], "see docs/ops.md for the supported torch ops and tw "
                                      "intrinsics"))
-        ctx = LowerCtx(prog, geom, vocab, node)
+        ctx = LowerCtx(prog, geom, vocab, node, tokens)
         try:
             value = rule(ctx, *args, **kwargs)
         except (CompileError, AssertionError):
@@ -167,7 +172,7 @@ def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: 
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise node_error(node, f"{type(e).__name__}: {e}") from None
     if isinstance(value, Stream):
-        prog.views[node.name] = value.cols
-        prog.sources[node.name] = node_source(node)
-        prog.facts[node.name] = value.ranges
+        prog.nodes[node.name] = NodeRecord(node.name, node_source(node), tuple(value.cols),
+                                           tuple(value.ranges),
+                                           None if ctx is None else ctx.error_bound)
     return value

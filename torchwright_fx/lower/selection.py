@@ -66,10 +66,10 @@ class Side:
             return sum((self.tokens[m] for m in members), Lin())
         assert self.rng is not None and self.grid is not None
         chosen = sorted(set(members))
-        key = (f"select.indicator:{sorted(self.col.terms.items())}:{self.col.const}:"
-               f"{self.points[0]}:{len(self.points)}:{chosen}")
-        cached = ctx.prog.memo.get(key)
-        if isinstance(cached, Lin):
+        key = (tuple(sorted(self.col.terms.items())), self.col.const, self.points[0],
+               len(self.points), tuple(chosen))
+        cached = ctx.prog.shared.indicators.get(key)
+        if cached is not None:
             return cached
         steps, m = [], 0
         while m < len(chosen):  # one up-step and one down-step per run of consecutive values
@@ -86,7 +86,7 @@ class Side:
             ffn.check_resolution(self.rng, self.grid, "select", table.COMPARE_ADVICE)
             ffn.check_staircase(f, self.rng, self.grid, "select", table.COMPARE_ADVICE)
         col = _whole_column(ctx, self.col, self.rng, f, self.label)
-        ctx.prog.memo[key] = col
+        ctx.prog.shared.indicators[key] = col
         return col
 
     def onehot(self, ctx: LowerCtx) -> list[Lin]:

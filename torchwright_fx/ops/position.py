@@ -206,11 +206,10 @@ def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source:
 
 def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> Lin:
     """The position scalar, built once per program and shared."""
-    cached = prog.memo.get("position")
-    if isinstance(cached, Lin):
-        return cached
+    if prog.shared.position is not None:
+        return prog.shared.position
     (inverse,) = attention.mean(prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0),
                                 f"{name}.inverse_count", source)
     pos = decode_count(prog, geom, inverse, f"{name}.position", source)
-    prog.memo["position"] = pos
+    prog.shared.position = pos
     return pos

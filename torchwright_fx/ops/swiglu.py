@@ -3,7 +3,7 @@ program's machine to SwiGLU. Products and selects are exact; hinges (relu, abs, 
 piecewise) are within 0.2785/128 per unit of slope change of exact near their kinks. Same
 names and signatures as ``ops.relu``; see ``ops/numerics.py`` for the constants."""
 
-from torchwright_fx.ops.library import make_library
+from torchwright_fx.libraries import make_library
 
 _ops = make_library("swiglu")
 abs = _ops["abs"]

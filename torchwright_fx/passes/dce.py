@@ -26,11 +26,10 @@ def live_signals(prog: Program) -> set[int]:
 
 
 def eliminate_dead(prog: Program) -> Program:
+    """A new program without the dead producers and embedding columns, its ``live`` set."""
     live = live_signals(prog)
-    for pid, p in list(prog.producers.items()):
-        outs = set(p.outputs)
-        if not outs & live:
-            del prog.producers[pid]
-    prog.embed_tables = {s: t for s, t in prog.embed_tables.items() if s in live}
-    prog.live = live
-    return prog
+    out = prog.copy(live=frozenset(live))
+    out.producers = {pid: p for pid, p in out.producers.items() if set(p.outputs) & live}
+    out.embed_tables = {s: t for s, t in out.embed_tables.items() if s in live}
+    out.check("eliminate_dead")
+    return out

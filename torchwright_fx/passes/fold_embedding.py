@@ -7,6 +7,7 @@ column alive for its readers.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
@@ -15,6 +16,8 @@ from torchwright_fx.ir.ranges import Interval
 
 
 def fold_embedding(prog: Program) -> Program:
+    """A new program whose affine reads of several embedding columns read one folded column."""
+    prog = prog.copy()
     cache: dict[tuple, Lin] = {}
 
     def fold(lin: Lin) -> Lin:
@@ -31,16 +34,20 @@ def fold_embedding(prog: Program) -> Program:
         return cache[key] + lin.const
 
     rewrite_lins(prog, fold)
+    prog.check("fold_embedding")
     return prog
 
 
 def rewrite_lins(prog: Program, fn: Callable[[Lin], Lin]) -> None:
-    """Apply ``fn`` to every affine read in the program (producers, output, views)."""
+    """Apply ``fn`` to every affine read of ``prog`` (producers, output, node records): only
+    on a program this pass owns (a ``Program.copy``)."""
     for pid, p in list(prog.producers.items()):
         if isinstance(p, FFN):
-            p.lanes = [Lane(fn(lane.gate), fn(lane.up)) for lane in p.lanes]
+            prog.producers[pid] = dataclasses.replace(
+                p, lanes=[Lane(fn(lane.gate), fn(lane.up)) for lane in p.lanes])
         elif isinstance(p, Head):
-            p.q, p.k, p.v = [fn(x) for x in p.q], [fn(x) for x in p.k], [fn(x) for x in p.v]
-        prog.producers[pid] = p
+            prog.producers[pid] = dataclasses.replace(
+                p, q=[fn(x) for x in p.q], k=[fn(x) for x in p.k], v=[fn(x) for x in p.v])
     prog.output = fn(prog.output)
-    prog.views = {name: [fn(c) for c in cols] for name, cols in prog.views.items()}
+    prog.nodes = {name: dataclasses.replace(rec, columns=tuple(fn(c) for c in rec.columns))
+                  for name, rec in prog.nodes.items()}

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
 
 from torchwright_fx.backends import runtime
-from torchwright_fx.intrinsics import using_vocab
+from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.linear import Lin
 
 if TYPE_CHECKING:
@@ -99,14 +99,15 @@ def probe(compiled: Compiled, text: str, tolerance: float = 1e-3) -> ProbeReport
     prog = compiled.build.program
     diffs: list[NodeDiff] = []
     first_bad = None
-    for name, cols in prog.views.items():
+    for name, rec in prog.nodes.items():
+        cols = rec.columns
         if name not in want or not all(_materialised(c, compiled) for c in cols):
             continue
         read = [_read(c, compiled, states) for c in cols]
         got = torch.stack([r[0] for r in read], dim=1)
         ref = want[name].expand_as(got) if want[name].shape[1] == 1 else want[name]
         err = float((got - ref).abs().max()) if got.numel() else 0.0
-        diff = NodeDiff(name, prog.sources.get(name, "?"), err, max(r[1] for r in read))
+        diff = NodeDiff(name, rec.source, err, max(r[1] for r in read))
         diffs.append(diff)
         if first_bad is None and err > tolerance * max(1.0, float(ref.abs().max())):
             first_bad = diff
@@ -132,9 +133,10 @@ def _unstable(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
 def _failed_checks(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
     prog = compiled.build.program
     failed = []
-    checks = cast(list, prog.memo.get("checks", []))
-    for name, predicate, msg, source in checks:
-        cols = prog.views.get(name)
+    for name, predicate, msg, source in ((c.node, c.predicate, c.message, c.source)
+                                         for c in prog.checks):
+        rec = prog.nodes.get(name)
+        cols = None if rec is None else rec.columns
         if cols is None or not all(_materialised(c, compiled) for c in cols):
             continue
         value = torch.stack([_read(c, compiled, states)[0] for c in cols], dim=1).float()

@@ -2,8 +2,8 @@
 to one rule ``rule(ctx, *args, **kwargs) -> Stream``. A rule builds the output's affine forms
 (linear ops: no producer at all) or FFN banks (non-linear ops), and derives the output's value
 ranges from its inputs' ranges. Intrinsics carry their own rule (``intrinsics.py``,
-``positional.py``, ``numeric.py``, ``selectors.py``). The constructions themselves are in
-``ops/ffn/``.
+``tables.py``, ``functions.py``, ``positional.py``, ``selectors.py``). The constructions
+themselves are in ``ops/ffn/``.
 
 One file per op family: ``base`` (the registry, facts helpers, ``Columns``), ``linear``,
 ``arithmetic`` (products, powers, reciprocals, division), ``rounding``, ``logic``

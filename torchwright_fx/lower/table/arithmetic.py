@@ -84,8 +84,8 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
 def _mean_times_count(ctx: LowerCtx, m: Lin, rm: Interval, count: Lin) -> bool:
     """m is a mean of whole numbers over every position (tw.mean without where) and count is
     the number of positions it averages, position + 1: their product is a whole number."""
-    pos = ctx.prog.memo.get("position")
-    return (rm.max_den > 0 and rm.den_group == -1 and isinstance(pos, Lin)
+    pos = ctx.prog.shared.position
+    return (rm.max_den > 0 and rm.den_group == -1 and pos is not None
             and len(m.terms) == 1 and m.const == 0 and count == pos + 1.0)
 
 

@@ -158,5 +158,5 @@ def _reshape(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
 
 @rule(torch.ones_like, torch.zeros_like, torch.full_like)
 def _const_like(ctx: LowerCtx, v: Any, *args: Any, **kwargs: Any) -> Stream:
-    row = ctx.node.meta["tw_bos"].reshape(-1)  # a constant stream: any row will do
-    return Stream.const([float(r) for r in row], ctx.node.meta["tw_dtype"] == torch.bool)
+    row = ctx.shape.bos.reshape(-1)  # a constant stream: any row will do
+    return Stream.const([float(r) for r in row], ctx.shape.dtype == torch.bool)

@@ -16,8 +16,8 @@ from typing import Any
 import sympy
 import torch
 
-from torchwright_fx import numeric
-from torchwright_fx.intrinsics import intrinsic
+from torchwright_fx import functions as pw
+from torchwright_fx.capture.registry import intrinsic
 from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
@@ -132,18 +132,18 @@ def _rounding(machine: str) -> dict[str, Callable[..., Any]]:
 
 
 def _piecewise(machine: str) -> dict[str, Callable[..., Any]]:
-    tagged_table = intrinsic(numeric.lower_piecewise_table, machine=machine)(
-        _copy(numeric.piecewise_table, machine))
-    tagged_expr = intrinsic(numeric.lower_piecewise_expr, machine=machine)(
-        _copy(numeric.piecewise_expr, machine))
+    tagged_table = intrinsic(pw.lower_piecewise_table, machine=machine)(
+        _copy(pw.piecewise_table, machine))
+    tagged_expr = intrinsic(pw.lower_piecewise_expr, machine=machine)(
+        _copy(pw.piecewise_expr, machine))
 
     def piecewise(fn: Any, v: torch.Tensor, breakpoints: Any = None, *,
                   var: sympy.Symbol | None = None, tol: float | None = None,
                   input_scale: float = 1.0) -> torch.Tensor:
-        return numeric.piecewise_via(fn, v, breakpoints, var, tol, input_scale, tagged_table,
+        return pw.piecewise_via(fn, v, breakpoints, var, tol, input_scale, tagged_table,
                                   tagged_expr)
 
-    piecewise.__doc__ = numeric.piecewise.__doc__
+    piecewise.__doc__ = pw.piecewise.__doc__
     piecewise.__module__ = f"torchwright_fx.ops.{machine}"
     return {"piecewise": piecewise}
 

@@ -14,7 +14,7 @@ import torch
 from conftest import load_hf
 
 import torchwright_fx as tw
-from torchwright_fx.ops import position
+from torchwright_fx.ops import numerics, position
 
 LENGTH = 16384
 VOCAB = tw.Vocab("0123456789ab=\n")
@@ -87,7 +87,7 @@ def test_the_position_decoder_grows_sublinearly():
     lanes = {n: position.lane_count("swiglu", n) for n in (512, 2048, 16384, 32768)}
     assert lanes[2048] < 2047 and lanes[16384] < 200 and lanes[32768] < 2 * lanes[16384]
     for n in (512, 2048, 4096, 16384):
-        assert position.noise("swiglu", n) < position.POSITION_TOLERANCE / 2
+        assert position.noise("swiglu", n) < numerics.POSITION_TOLERANCE / 2
 
 
 @pytest.mark.slow

@@ -26,12 +26,10 @@ from torchwright_fx.capture.propagate import shape
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
+from torchwright_fx.ops.numerics import CODE_TOLERANCE
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.vocab import Vocab
 
-# The reference's output at each position must be a whole token code; beyond this from one,
-# the compiled model's choice (the nearest logit peak) and a rounding would be arbitrary.
-CODE_TOLERANCE = 1e-3
 BOS_OUTPUT = ("the program output <bos> at position {position}; <bos> only starts a sequence "
               "(the compiled model counts positions from it), so generating it is outside every "
               "program's domain: print another token")

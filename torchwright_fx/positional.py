@@ -119,7 +119,7 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                         "other way", "compute the score from whole numbers (integer weights, "
                         "counts) or round it first (torch.round)")
     n = ctx.geom.max_seq_len
-    margin = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN
+    margin = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
     if rng.noise > 1 / (8 * n):  # gain * noise stays within a sixteenth of the headroom
         raise ctx.error(f"argmax/argmin's score may be off by {rng.noise:.3g} in the compiled "
                         f"model, more than the 1/(8 max_seq_len) = {1 / (8 * n):.3g} its "
@@ -138,7 +138,7 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
         err = attention.logit_rounding([gain * span / 2, tie * (n - 1), validity])
         return 2 * tie * noise_p + 2 * gain * rng.noise + 2 * err
 
-    budget = margin - attention.ATTENTION_MARGIN
+    budget = margin - numerics.ATTENTION_MARGIN
     if consumed(span) > budget:
         widest = 0
         while consumed(widest + 1) <= budget:
@@ -209,11 +209,11 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     # lead by up to 2 gain e, the fp32 rounding of the two logits by twice logit_rounding:
     # together they must stay within that third.
     square_noise = ctx.prog.shared.position_squared_error
-    gain = attention.AMPLITUDE_HEADROOM * attention.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+    gain = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
     c = _centre(ctx.geom.max_seq_len)
     top = float(max(c, ctx.geom.max_seq_len - 1 - c))  # the largest |centred position|
     rounding = attention.logit_rounding([2 * gain * top * top, gain * top * top])
-    budget = gain * (1 - 2 * POSITION_TOLERANCE) - attention.ATTENTION_MARGIN
+    budget = gain * (1 - 2 * POSITION_TOLERANCE) - numerics.ATTENTION_MARGIN
     if 2 * gain * square_noise + 2 * rounding > budget:
         raise ctx.error(f"gather at max_seq_len={ctx.geom.max_seq_len}: its logits (up to "
                         f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and "

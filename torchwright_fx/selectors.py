@@ -58,17 +58,13 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, numerics
+from torchwright_fx.ops.numerics import FALLBACK_GAP, MEAN_GAIN, WIDTH_GAIN
 
 PREDICATES: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
     ">": operator.gt, ">=": operator.ge,
     "true": lambda k, q: True, "false": lambda k, q: False,
 }
-# Logit gains (see the module docstring): the fallback trails the selection by B, every
-# unselected key trails the fallback by B as well.
-FALLBACK_GAP = attention.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
-MEAN_GAIN = 2.0 * FALLBACK_GAP
-WIDTH_GAIN = FALLBACK_GAP
 
 
 # -- eager semantics -----------------------------------------------------------------------------

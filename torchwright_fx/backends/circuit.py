@@ -79,7 +79,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
         return prog.producers[sig.producer].name
 
     signals_of: dict[str, list[int]] = {}
-    for sid in sorted(prog.live):
+    for sid in sorted(prog.live_signals()):
         signals_of.setdefault(owner(sid), []).append(sid)
 
     def reads(node_name: str) -> list[str]:

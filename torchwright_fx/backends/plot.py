@@ -65,7 +65,7 @@ def signal_labels(prog: Program) -> dict[int, str]:
                 if (coef == 1.0 and sig is not None and sig.producer == EMBED
                         and sid not in out and not sig.name.startswith(node + "[")):
                     out[sid] = f"{node}: {sig.name}"
-    for sid in prog.live:
+    for sid in prog.live_signals():
         sig = prog.signals[sid]
         if sig.producer != EMBED:
             out[sid] = prog.producers[sig.producer].name
@@ -83,7 +83,7 @@ def bars(prog: Program, plan: Plan) -> list[Bar]:
     spans = plan.lifetimes(prog)
     labels = signal_labels(prog)
     keyed = []
-    for sid in prog.live:
+    for sid in prog.live_signals():
         sig = prog.signals[sid]
         if sig.producer == EMBED:
             kind, who = "embedding", -1 - sid  # each value of the embedding on its own
@@ -143,7 +143,7 @@ def plan_text(prog: Program, plan: Plan, placement: Placement, title: str = "") 
              f"d_model={plan.d_model} (column {plan.const_col}: the constant 1.0, "
              f"{_plural(pins, 'column')} {_columns(plan.pin_cols)}: RMSNorm {_plural(pins, 'pin')}"
              f"), {placement.n_heads} heads/layer, {placement.d_ff} lanes/layer"]
-    embedded = sorted((plan.columns[s], s) for s in prog.live
+    embedded = sorted((plan.columns[s], s) for s in prog.live_signals()
                       if prog.signals[s].producer == EMBED)
     lines.append(f"embedding: {len(embedded)} {_plural(len(embedded), 'value')}")
     lines += [f"  {labels[s]} -> column {c}" for c, s in embedded]

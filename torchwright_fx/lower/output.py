@@ -7,7 +7,7 @@ from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import decode, ffn
+from torchwright_fx.ops import decode, ffn, numerics
 
 
 def certify_output(prog: Program, source: str = "") -> Interval:
@@ -43,7 +43,7 @@ def decodable(ctx: LowerCtx, value: Stream) -> Stream:
     bank = ctx.bank(1)
     ffn.linear(bank, 0, col - col.const, 1.0)
     terms = [prog.signals[s].range for s in col.terms]
-    rounding = (len(terms) + 2) * decode.FP32_UNIT * sum(
+    rounding = (len(terms) + 2) * numerics.FP32_UNIT * sum(
         abs(c) * (r.magnitude + r.noise) for c, r in zip(col.terms.values(), terms, strict=True))
     out = rng.with_noise(rng.noise + rounding)
     (summed,) = ctx.finish(bank, [out.shift(-col.const)])

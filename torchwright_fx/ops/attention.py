@@ -39,26 +39,18 @@ from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops.numerics import (
+    AMPLITUDE_HEADROOM,
     ATTENTION_MARGIN,
+    FINE_PLANE,
+    FP32_UNIT,
+    LOBE_SPAN,
     LONG_ROTARY_DIMS,
+    MEAN_VALIDITY,
     ROTARY_DIMS,
+    SCAN_LENGTHS,
     SINGLE_PLANE_LENGTH,
     is_power_of_two,
 )
-
-# The amplitude is sized for this multiple of the margin in exact arithmetic; the rest is
-# headroom for fp32 rounding of the rotary tables and the dot products, which check_margins
-# measures rather than assumes.
-AMPLITUDE_HEADROOM = 1.5
-# Rotary planes (their first dim; the second is rotary // 2 further): plane p turns at
-# rope_theta ** (-2p / rotary). The last plane is the coarse one; with LONG_ROTARY_DIMS the
-# middle plane is the fine one.
-FINE_PLANE = 1
-# The coarse plane turns this far over max_seq_len: below pi, so that a lobe is monotone on
-# each side of its peak over the whole context, and the recency lobe sweeps [pi/6, 5pi/6].
-LOBE_SPAN = 2.0 * math.pi / 3.0
-# The margin search tries this many lengths below a failing one, one by one (each fails fast).
-SCAN_LENGTHS = 64
 
 
 class GeometryError(CompileError, ValueError):
@@ -284,7 +276,6 @@ def largest_working_length(d_head: int, offset: int, with_validity: bool | int,
 
 
 # -- fp32 rounding of content logits ------------------------------------------------------------
-FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32
 
 
 def logit_rounding(products: list[float]) -> float:
@@ -357,9 +348,6 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid:
 
 
 # -- content heads (no positional term) --------------------------------------------------------
-# Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the
-# fallback then trails a valid key by C/2 = AMPLITUDE_HEADROOM * ATTENTION_MARGIN.
-MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN
 
 
 def mean(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: Lin,

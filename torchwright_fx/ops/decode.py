@@ -23,9 +23,7 @@ import torch
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops.numerics import DECODE_GAIN
-
-FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32
+from torchwright_fx.ops.numerics import DECODE_GAIN, FP32_UNIT
 
 
 def reachable_codes(prog: Program, rng: Interval | None = None) -> tuple[int, int]:

@@ -3,6 +3,7 @@
 All arithmetic is fp32, as in the emitted Phi-3 checkpoint.
 """
 
+import math
 from fractions import Fraction
 
 # -- SwiGLU hinge -----------------------------------------------------------------------------
@@ -172,3 +173,52 @@ SELECT_FEATURE_NOISE = 2.0 ** -30
 # logits are sums of this many equal products G * 1, which fp32 adds to the same value in any
 # order only up to three terms (x + x is exact, x + 2x the only sum of three).
 MAX_SELECT_PARTS = 3
+
+# -- attention heads (ops/attention.py) ------------------------------------------------------------
+# The amplitude is sized for this multiple of the margin in exact arithmetic; the rest is
+# headroom for fp32 rounding of the rotary tables and the dot products, which check_margins
+# measures rather than assumes.
+AMPLITUDE_HEADROOM = 1.5
+# Rotary planes (their first dim; the second is rotary // 2 further): plane p turns at
+# rope_theta ** (-2p / rotary). The last plane is the coarse one; with LONG_ROTARY_DIMS the
+# middle plane is the fine one.
+FINE_PLANE = 1
+# The coarse plane turns this far over max_seq_len: below pi, so that a lobe is monotone on
+# each side of its peak over the whole context, and the recency lobe sweeps [pi/6, 5pi/6].
+LOBE_SPAN = 2.0 * math.pi / 3.0
+# The margin search tries this many lengths below a failing one, one by one (each fails fast).
+SCAN_LENGTHS = 64
+FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32 (round to nearest)
+# Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the
+# fallback then trails a valid key by C/2 = AMPLITUDE_HEADROOM * ATTENTION_MARGIN.
+MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN
+
+# -- the position decoder (ops/position.py) --------------------------------------------------------
+# Integer-valued streams are consumed by ramps placed a quarter unit from every integer
+# (numerics.INTEGER_RAMP_LO), so any error below that is harmless; we demand far less.
+POSITION_TOLERANCE = 0.05
+# One stage: the interpolant is at most this far above the count between knots; lowered by
+# half of it, within CHORD_ERROR / 2 of it plus fp32 rounding. Consumers add positions (a
+# gather's source, steps_since), so the decoder stays well inside the tolerance.
+CHORD_ERROR = 0.002
+# Two stages: the Newton step leaves at most this error (e**2 / (c+1) with the coarse error e
+# allowed to grow as sqrt(NEWTON_ERROR * (c + 1))).
+NEWTON_ERROR = 0.001
+# Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
+# lanes grow as sqrt(max_seq_len / CHORD_ERROR) and its fp32 rounding nears 0.01 at 8192.
+TWO_STAGE_LENGTH = 4096
+
+# -- ties (ops/ties.py) ----------------------------------------------------------------------------
+TIE_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible
+
+# -- the output (api.py: the reference) ------------------------------------------------------------
+# The reference's output at each position must be a whole token code; beyond this from one,
+# the compiled model's choice (the nearest logit peak) and a rounding would be arbitrary.
+CODE_TOLERANCE = 1e-3
+
+# -- selection heads (selectors.py) ----------------------------------------------------------------
+# Logit gains (see the module docstring): the fallback trails the selection by B, every
+# unselected key trails the fallback by B as well.
+FALLBACK_GAP = AMPLITUDE_HEADROOM * ATTENTION_MARGIN
+MEAN_GAIN = 2.0 * FALLBACK_GAP
+WIDTH_GAIN = FALLBACK_GAP

@@ -35,21 +35,14 @@ from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops import attention, ffn
 from torchwright_fx.ops.attention import Geometry, GeometryError
 from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import SILU_SCALE, UNDERFLOW
-
-# Integer-valued streams are consumed by ramps placed a quarter unit from every integer
-# (numerics.INTEGER_RAMP_LO), so any error below that is harmless; we demand far less.
-POSITION_TOLERANCE = 0.05
-# One stage: the interpolant is at most this far above the count between knots; lowered by
-# half of it, within CHORD_ERROR / 2 of it plus fp32 rounding. Consumers add positions (a
-# gather's source, steps_since), so the decoder stays well inside the tolerance.
-CHORD_ERROR = 0.002
-# Two stages: the Newton step leaves at most this error (e**2 / (c+1) with the coarse error e
-# allowed to grow as sqrt(NEWTON_ERROR * (c + 1))).
-NEWTON_ERROR = 0.001
-# Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
-# lanes grow as sqrt(max_seq_len / CHORD_ERROR) and its fp32 rounding nears 0.01 at 8192.
-TWO_STAGE_LENGTH = 4096
+from torchwright_fx.ops.numerics import (
+    CHORD_ERROR,
+    NEWTON_ERROR,
+    POSITION_TOLERANCE,
+    SILU_SCALE,
+    TWO_STAGE_LENGTH,
+    UNDERFLOW,
+)
 
 
 def samples(n: int) -> torch.Tensor:

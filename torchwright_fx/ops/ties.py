@@ -20,8 +20,7 @@ import numpy as np
 
 from torchwright_fx.ir.ranges import INEXACT, PAIR, Interval, read_float
 from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
-
-_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible
+from torchwright_fx.ops.numerics import TIE_SCAN_LIMIT
 
 
 def _attainable(t: Fraction, rng: Interval, values: Grid | Fractions | None) -> bool:
@@ -47,7 +46,7 @@ def tie(rng: Interval, values: Grid | Fractions | None,
         first, period = thresholds
         lo = first + math.ceil((Fraction(rng.lo) - first) / period) * period
         count = math.floor((Fraction(rng.hi) - lo) / period) + 1
-        if count > _SCAN_LIMIT:
+        if count > TIE_SCAN_LIMIT:
             return lo
         thresholds = [lo + i * period for i in range(max(count, 0))]
     found = [t for t in thresholds if _attainable(t, rng, values)

@@ -16,7 +16,7 @@ from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ops.numerics import is_power_of_two
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import Plan, end_stage
 
 
 class WidthError(CompileError, ValueError):
@@ -47,7 +47,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
     ``spans``: ``plan.occupancy(prog)`` when the caller has it already."""
     if spans is None:
         spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
-    end = 2 * plan.n_layers  # hoisted: n_layers is a max over every producer
+    end = end_stage(plan.n_layers)  # hoisted: n_layers is a max over every producer
     first = reserved_columns(d_model)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)

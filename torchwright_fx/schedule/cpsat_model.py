@@ -45,8 +45,18 @@ from ortools.sat.python import cp_model
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
 from torchwright_fx.schedule.bounds import critical_path_layers, earliest_stages
 from torchwright_fx.schedule.columns import reserved_columns
-from torchwright_fx.schedule.cpsat_shape import d_head_of, parity, shape
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.cpsat_shape import d_head_of, shape
+from torchwright_fx.schedule.plan import (
+    ATTENTION,
+    EMBED_STAGE,
+    Plan,
+    cancel_stage,
+    end_stage,
+    last_stage_to,
+    layer_of,
+    parity,
+    stage_of,
+)
 
 Expr = cp_model.LinearExprT
 
@@ -65,11 +75,11 @@ class Model:
 
     def stage(self, pid: int) -> Expr:
         """The stage of a producer as an affine expression; the embedding is stage -1."""
-        return -1 if pid == EMBED else 2 * self.layer[pid] + self.parity[pid]
+        return EMBED_STAGE if pid == EMBED else stage_of(self.layer[pid], self.parity[pid])
 
     def hinted_stage(self, pid: int) -> int:
         """The stage of a producer in the hint (the warm plan)."""
-        return -1 if pid == EMBED else 2 * self.hint[pid] + self.parity[pid]
+        return EMBED_STAGE if pid == EMBED else stage_of(self.hint[pid], self.parity[pid])
 
 
 def stage_windows(prog: Program, horizon: int) -> dict[int, tuple[int, int]]:
@@ -84,9 +94,8 @@ def stage_windows(prog: Program, horizon: int) -> dict[int, tuple[int, int]]:
     latest: dict[int, int] = {}
     # Consumers have strictly larger earliest stages, so this visits them before their inputs.
     for pid in sorted(prog.producers, key=lambda q: (earliest[q], q), reverse=True):
-        limit = min((latest[c] - 1 for c in consumers[pid]), default=2 * horizon - 1)
-        par = parity(prog.producers[pid])
-        latest[pid] = limit if limit % 2 == par else limit - 1
+        limit = min((latest[c] - 1 for c in consumers[pid]), default=end_stage(horizon) - 1)
+        latest[pid] = last_stage_to(limit, parity(prog.producers[pid]))
     return {pid: (earliest[pid], latest[pid]) for pid in prog.producers}
 
 
@@ -100,19 +109,20 @@ def build_model(prog: Program, warm: Plan, horizon: int, d_model: int | None) ->
     weight = 4 * d_head * len(heads) + 3 * len(all_lanes) + 1
     m = Model(cp, horizon, d_head, weight, {pid: parity(p) for pid, p in prog.producers.items()})
     windows = stage_windows(prog, horizon)
-    hint = m.hint = {pid: warm.stage.get(pid, lo) // 2 for pid, (lo, _) in windows.items()}
+    hint = m.hint = {pid: layer_of(warm.stage.get(pid, lo)) for pid, (lo, _) in windows.items()}
 
     # Layer of each producer, and its one-hot "p is in layer L" indicators.
     at: dict[int, dict[int, cp_model.IntVar]] = {}
     for pid, (lo, hi) in sorted(windows.items()):
         if hi < lo:
             raise ValueError(f"horizon of {horizon} layers leaves no stage for producer {pid}")
-        var = cp.new_int_var(lo // 2, hi // 2, f"layer_{pid}")
+        first, last = layer_of(lo), layer_of(hi)
+        var = cp.new_int_var(first, last, f"layer_{pid}")
         m.layer[pid] = var
-        at[pid] = {L: cp.new_bool_var(f"at_{pid}_{L}") for L in range(lo // 2, hi // 2 + 1)}
+        at[pid] = {L: cp.new_bool_var(f"at_{pid}_{L}") for L in range(first, last + 1)}
         cp.add_exactly_one(at[pid].values())
         cp.add(var == sum(L * b for L, b in at[pid].items()))
-        if lo // 2 <= hint[pid] <= hi // 2:
+        if first <= hint[pid] <= last:
             cp.add_hint(var, hint[pid])
             for L, b in at[pid].items():
                 cp.add_hint(b, L == hint[pid])
@@ -127,7 +137,7 @@ def build_model(prog: Program, warm: Plan, horizon: int, d_model: int | None) ->
     n_layers = cp.new_int_var(critical_path_layers(prog), horizon, "n_layers")
     for var in m.layer.values():
         cp.add(n_layers >= var + 1)
-    warm_shape = shape(prog, {pid: 2 * L + m.parity[pid] for pid, L in hint.items()})
+    warm_shape = shape(prog, {pid: stage_of(L, m.parity[pid]) for pid, L in hint.items()})
     cp.add_hint(n_layers, max(critical_path_layers(prog), warm_shape.layers))
 
     # Heads per layer: the number of Heads in it.
@@ -179,7 +189,7 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
     outputs = prog.output.signals()
     groups = Counter((prog.signals[s].producer, frozenset(readers[s]), s in outputs)
                      for s in prog.live)
-    end_of_time = 2 * m.horizon + 2  # one past the shifted horizon stage 2 * horizon
+    end_of_time = end_stage(m.horizon) + 2  # one past the shifted horizon stage 2 * horizon
     intervals: list[cp_model.IntervalVar] = []
     demands: list[int] = []
     for (pid, reads, is_output), count in sorted(groups.items(),
@@ -194,11 +204,11 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
             # the column is freed at the first attention stage at or after the last read
             cancel = cp.new_int_var(0, m.horizon, f"cancel_{pid}_{min(reads)}")
             for r in reads:
-                cp.add(2 * cancel >= m.stage(r))
-            end = 2 * cancel + 2
-            hint_cancel = (max(m.hinted_stage(r) for r in reads) + 1) // 2
+                cp.add(stage_of(cancel, ATTENTION) >= m.stage(r))
+            end = stage_of(cancel, ATTENTION) + 2
+            hint_cancel = layer_of(cancel_stage(max(m.hinted_stage(r) for r in reads)))
             cp.add_hint(cancel, hint_cancel)
-            hint_end = 2 * hint_cancel + 2
+            hint_end = stage_of(hint_cancel, ATTENTION) + 2
         else:
             end = start + 1
             hint_end = hint_start + 1

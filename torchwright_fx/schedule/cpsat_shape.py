@@ -5,16 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from torchwright_fx.ir.graph import EMBED, Head, Lane, Producer, Program
-from torchwright_fx.schedule.bounds import peak_overlap
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.ir.graph import EMBED, Head, Lane, Program
+from torchwright_fx.schedule.plan import Plan, layer_of, stage_fits
+from torchwright_fx.schedule.plan import parity as parity  # re-exported: cpsat.parity
 
 DEFAULT_D_HEAD = 16
-
-
-def parity(p: Producer) -> int:
-    """Stage parity: heads run in attention sublayers (even), FFNs in MLP sublayers (odd)."""
-    return 0 if isinstance(p, Head) else 1
 
 
 def d_head_of(prog: Program) -> int:
@@ -41,12 +36,12 @@ def shape(prog: Program, stage: dict[int, int]) -> Shape:
     heads: Counter[int] = Counter()
     lanes: dict[int, set[Lane]] = {}
     for p in prog.producers.values():
-        layer = stage[p.id] // 2
+        layer = layer_of(stage[p.id])
         if isinstance(p, Head):
             heads[layer] += 1
         else:
             lanes.setdefault(layer, set()).update(p.lanes)
-    live = peak_overlap(plan.occupancy(prog).values(), -1, 2 * plan.n_layers)
+    live = plan.live_peak(prog)
     return Shape(plan.n_layers, max(heads.values(), default=0),
                  max((len(s) for s in lanes.values()), default=0), live)
 
@@ -57,7 +52,7 @@ def precedence_ok(prog: Program, stage: dict[int, int]) -> bool:
         return False
     for p in prog.producers.values():
         st = stage[p.id]
-        if st < 0 or st % 2 != parity(p):
+        if not stage_fits(p, st):
             return False
         if any(d != EMBED and stage[d] >= st for d in prog.deps(p)):
             return False

@@ -27,7 +27,7 @@ from torchwright_fx.schedule.bounds import critical_path_layers
 from torchwright_fx.schedule.columns import reserved_columns
 from torchwright_fx.schedule.cpsat_model import Model
 from torchwright_fx.schedule.cpsat_shape import d_head_of, precedence_ok, shape
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import Plan, stage_of
 
 TIME_LIMITS: dict[int, float] = {1: 5.0, 2: 20.0, 3: 60.0}  # deterministic seconds per level
 WALL_FACTOR = 3.0  # wall-clock safety cap = WALL_FACTOR * the level's budget
@@ -63,7 +63,8 @@ def solve_model(m: Model, budget: float, seed: int, workers: int) -> Solution:
     name = solver.status_name(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Solution(name, None, None, seconds, dtime)
-    stage = {pid: 2 * int(solver.value(var)) + m.parity[pid] for pid, var in m.layer.items()}
+    stage = {pid: stage_of(int(solver.value(var)), m.parity[pid])
+             for pid, var in m.layer.items()}
     # obj = W * layers + width with 0 <= width < W, and obj >= bound, so layers >= bound // W.
     bound = math.ceil(solver.best_objective_bound - 1e-6)
     return Solution(name, stage, bound // m.layer_weight, seconds, dtime)

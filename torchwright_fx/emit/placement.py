@@ -14,7 +14,7 @@ from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops import attention
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.schedule.plan import Plan, layer_members
+from torchwright_fx.schedule.plan import Plan, layer_members, layer_of
 
 CANCEL = "cancel"  # the name of the heads that zero a column once nothing reads it
 
@@ -42,7 +42,7 @@ def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:
     (one self-attention head each; see ``schedule/columns.py``)."""
     per_layer: list[list[int]] = [[] for _ in range(plan.n_layers)]
     for sid, stage in sorted(plan.cancels.items()):
-        per_layer[stage // 2].append(sid)
+        per_layer[layer_of(stage)].append(sid)
     return [[sigs[i:i + geom.d_head] for i in range(0, len(sigs), geom.d_head)]
             for sigs in per_layer]
 

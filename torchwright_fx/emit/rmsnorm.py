@@ -14,17 +14,12 @@ import math
 from dataclasses import dataclass
 
 from torchwright_fx.capture.errors import CompileError
-from torchwright_fx.ops.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT, is_power_of_two
+from torchwright_fx.ops.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT
+from torchwright_fx.schedule.columns import pin_count  # the scheduler reserves the pins
 
 
 class EnergyError(CompileError, ValueError):
     """The data is too large for the RMSNorm pins to absorb."""
-
-
-def pin_count(d_model: int) -> int:
-    if not is_power_of_two(d_model):
-        raise ValueError(f"d_model={d_model} must be a power of two")
-    return 1 if int(math.log2(d_model)) % 2 == 0 else 2
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,22 @@
 """Residual-stream columns: the reserved ones (constant 1.0, RMSNorm pins) and one per signal.
 
-Column 0 is the constant; the pins follow (their count depends on d, see ``emit/rmsnorm.py``).
-A signal owns its column from the sublayer that writes it until its last reader. A sublayer
-can only add, so a column is reused only after its old value is cancelled: a self-attention
-head (the shift-by-0 lobe, exact one-hot weights) reads the dead value and writes its
-negation, leaving exact zeros. Cancels cost heads, so fresh columns are used first and a
-column is recycled only when d runs out.
+Column 0 is the constant; the pins follow (``pin_count``: their count depends on d, see
+``emit/rmsnorm.py``). A signal owns its column from the sublayer that writes it until its last
+reader. A sublayer can only add, so a column is reused only after its old value is cancelled:
+a self-attention head (the shift-by-0 lobe, exact one-hot weights) reads the dead value and
+writes its negation, leaving exact zeros. Cancels cost heads, so fresh columns are used first
+and a column is recycled only when d runs out.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 
 from torchwright_fx.capture.errors import CompileError
-from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ops.numerics import is_power_of_two
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import Plan, end_stage
 
 
 class WidthError(CompileError, ValueError):
@@ -24,6 +24,14 @@ class WidthError(CompileError, ValueError):
 
 
 MIN_D_MODEL, MAX_D_MODEL = 16, 1 << 16  # the widths tried when d_model is left to the compiler
+
+
+def pin_count(d_model: int) -> int:
+    """The RMSNorm pin columns of a width d = 2**e: one pin for e even, two for e odd (the
+    pins' squares must sum to d * 4**m; ``emit/rmsnorm.py`` chooses their value)."""
+    if not is_power_of_two(d_model):
+        raise ValueError(f"d_model={d_model} must be a power of two")
+    return 1 if int(math.log2(d_model)) % 2 == 0 else 2
 
 
 def reserved_columns(d_model: int) -> int:
@@ -47,7 +55,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
     ``spans``: ``plan.occupancy(prog)`` when the caller has it already."""
     if spans is None:
         spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
-    end = 2 * plan.n_layers  # hoisted: n_layers is a max over every producer
+    end = end_stage(plan.n_layers)  # hoisted: n_layers is a max over every producer
     first = reserved_columns(d_model)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)

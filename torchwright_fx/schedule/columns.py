@@ -80,7 +80,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
 
 
 def columns_needed(prog: Program, d_model: int) -> int:
-    return reserved_columns(d_model) + len(prog.live)
+    return reserved_columns(d_model) + len(prog.live_signals())
 
 
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:

@@ -44,7 +44,6 @@ from torchwright_fx.schedule.cpsat_cache import (
 )
 from torchwright_fx.schedule.cpsat_model import Expr, Model, build_model, stage_windows
 from torchwright_fx.schedule.cpsat_shape import (
-    DEFAULT_D_HEAD,
     Shape,
     d_head_of,
     parity,
@@ -64,7 +63,6 @@ from torchwright_fx.schedule.plan import Plan
 __all__ = [
     "CACHE_ENV",
     "CACHE_VERSION",
-    "DEFAULT_D_HEAD",
     "PROBING_LIMIT",
     "TIME_LIMITS",
     "WALL_FACTOR",

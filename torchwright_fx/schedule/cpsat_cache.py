@@ -37,7 +37,7 @@ def cache_key(prog: Program, warm: Plan, level: int, d_model: int | None, seed: 
     readers = prog.readers()
     outputs = prog.output.signals()
     signals = [[s, prog.signals[s].producer, sorted(readers[s]), s in outputs]
-               for s in sorted(prog.live)]
+               for s in sorted(prog.live_signals())]
     payload = {"version": CACHE_VERSION, "producers": producers, "signals": signals,
                "warm": sorted(warm.stage.items()), "level": level, "d_model": d_model,
                "seed": seed, "workers": workers, "limits": sorted(TIME_LIMITS.items())}

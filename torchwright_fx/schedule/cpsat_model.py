@@ -188,7 +188,7 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
     readers = prog.readers()
     outputs = prog.output.signals()
     groups = Counter((prog.signals[s].producer, frozenset(readers[s]), s in outputs)
-                     for s in prog.live)
+                     for s in prog.live_signals())
     end_of_time = end_stage(m.horizon) + 2  # one past the shifted horizon stage 2 * horizon
     intervals: list[cp_model.IntervalVar] = []
     demands: list[int] = []

@@ -9,12 +9,10 @@ from torchwright_fx.ir.graph import EMBED, Head, Lane, Program
 from torchwright_fx.schedule.plan import Plan, layer_of, stage_fits
 from torchwright_fx.schedule.plan import parity as parity  # re-exported: cpsat.parity
 
-DEFAULT_D_HEAD = 16
-
 
 def d_head_of(prog: Program) -> int:
-    return max((len(p.q) for p in prog.producers.values() if isinstance(p, Head)),
-               default=DEFAULT_D_HEAD)
+    """The program's head size; 0 without heads (the cost's head term is then 0 anyway)."""
+    return max((len(p.q) for p in prog.producers.values() if isinstance(p, Head)), default=0)
 
 
 @dataclass(frozen=True)

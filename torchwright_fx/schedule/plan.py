@@ -126,13 +126,13 @@ class Plan:
     def lifetimes(self, prog: Program) -> dict[int, tuple[int, int]]:
         """live signal -> (stage written, last stage that reads it; output: past the end)."""
         end = end_stage(self.n_layers)
-        last: dict[int, int] = {s: self.signal_stage(prog, s) for s in prog.live}
+        last: dict[int, int] = {s: self.signal_stage(prog, s) for s in prog.live_signals()}
         for p in prog.producers.values():
             for s in p.reads():
                 last[s] = max(last[s], self.stage[p.id])
         for s in prog.output.signals():
             last[s] = end
-        return {s: (self.signal_stage(prog, s), last[s]) for s in prog.live}
+        return {s: (self.signal_stage(prog, s), last[s]) for s in prog.live_signals()}
 
     def occupancy(self, prog: Program) -> dict[int, tuple[int, int]]:
         """live signal -> the stages its column is taken: from the write to the first
@@ -170,7 +170,7 @@ class Plan:
                         or stage_parity(cancel) != ATTENTION or cancel >= spans[b][0]):
                     raise PlanError(f"column {col} holds {prog.signals[a].name} and "
                                     f"{prog.signals[b].name} without a cancel between them")
-        missing = prog.live - set(self.columns)
+        missing = prog.live_signals() - set(self.columns)
         if missing:
             raise PlanError(f"live signals without a column: {sorted(missing)[:5]}")
 

@@ -1,14 +1,16 @@
 """``python -m examples.compile <name> [-o DIR] [--optimize N]``: compile an example to a
-Phi-3 directory, print its report and a few demo generations."""
+Phi-3 directory, print its report and a few demo generations checked against its oracle.
+The same as ``torchwright-fx compile examples.<name> -o DIR`` (``torchwright_fx/cli.py``, which
+does the writing) plus the demos and a default output directory."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-import time
 
 from examples import NAMES
+from torchwright_fx.cli import compile_and_write
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,15 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.d_head:
         options["d_head"] = args.d_head
     program = module.make(**options)
-    start = time.perf_counter()
-    program.compile()
-    program.report()
-    out = program.save_pretrained(args.output or f"build/{args.name}_hf")
-    print(f"wrote {out} ({time.perf_counter() - start:.2f}s including the write)")
-    if args.onnx:
-        print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
-    if args.gguf:
-        print(f"wrote {program.save_gguf(args.gguf)}")
+    compile_and_write(program, args.output or f"build/{args.name}_hf", args.onnx, args.gguf)
     for prompt in module.DEMOS:
         got, want = program.generate(prompt), module.oracle(prompt)
         mark = "ok" if got == want else f"WRONG (want {want!r})"

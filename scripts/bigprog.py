@@ -396,13 +396,13 @@ def digests(sizes: tuple[int, ...] = (1000, 3000)) -> dict[str, str]:
         for opt in (0, 1):
             try:
                 module = importlib.import_module(f"examples.{name}")
-                digest = machine_digest(module.make(optimize=opt).machine)
+                digest = machine_digest(module.make(optimize=opt).weights)
             except Exception as e:  # an example being edited: compared as its error
                 digest = f"{type(e).__name__}: {e}"
             out[f"{name} optimize={opt}"] = digest
             print(f"{name} optimize={opt}: {digest[:64]}", file=sys.stderr, flush=True)
     for n in sizes:
-        out[f"bigprog {n}"] = machine_digest(generate(n).compile().machine)
+        out[f"bigprog {n}"] = machine_digest(generate(n).compile().weights)
         print(f"bigprog {n}: {out[f'bigprog {n}'][:16]}", file=sys.stderr, flush=True)
     return out
 

@@ -102,7 +102,7 @@ def test_one_error_hierarchy():
     with pytest.raises(tw.InputError, match="max_seq_len=8"):
         program.generate("a" * 9)
     with pytest.raises(tw.InputError, match="max_seq_len=8"):
-        runtime.forward(program.machine, [0] * 9)
+        runtime.forward(program.weights, [0] * 9)
 
 
 def test_traced_prints_ops_and_source_lines():

@@ -95,7 +95,7 @@ def test_runtime_equals_reference_at_every_position(compiled, name, length):
     program = compiled[name]
     ids = _stream(length, seed=length)
     want = _value(program, name, ids)
-    _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+    _, states = tw.backends.runtime.forward(program.weights, ids, capture=True)
     got = _final_residual_value(program, states[-1], name)
     if name == "mean":
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
@@ -184,6 +184,6 @@ def test_argmax_over_a_narrower_score_at_2048_is_right():
 
     program = tw.compile(narrow, vocab=VOCAB, max_seq_len=2048).compile()
     ids = _stream(2048, seed=5)
-    _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+    _, states = tw.backends.runtime.forward(program.weights, ids, capture=True)
     got = _final_residual_value(program, states[-1])
     assert torch.equal(got.round(), program.traced.run(ids).double().reshape(-1))

@@ -49,7 +49,7 @@ def _unpermute(w: np.ndarray, m) -> np.ndarray:
 @pytest.fixture(scope="module", params=EXAMPLES)
 def written(request, example, tmp_path_factory):
     ex = example(request.param)
-    path = save_gguf(ex.program.machine, ex.program.vocab,
+    path = save_gguf(ex.program.weights, ex.program.vocab,
                      tmp_path_factory.mktemp("gguf") / f"{request.param}.gguf",
                      name=request.param)
     return ex, gguf.GGUFReader(path)
@@ -57,7 +57,7 @@ def written(request, example, tmp_path_factory):
 
 def test_metadata(written):
     ex, reader = written
-    m, f = ex.program.machine, _fields(reader)
+    m, f = ex.program.weights, _fields(reader)
     arch = f["general.architecture"]
     assert (arch, f[f"{arch}.rope.dimension_count"]) == layout(m)[:2] == ("llama", m.d_head)
     assert np.float32(f[f"{arch}.rope.freq_base"]) == np.float32(layout(m)[2])
@@ -96,7 +96,7 @@ def _gpt2_alphabet() -> list[str]:
 
 def test_weights_invert_to_the_machine_bit_for_bit(written):
     ex, reader = written
-    m, t = ex.program.machine, _tensors(reader)
+    m, t = ex.program.weights, _tensors(reader)
     assert _same_bits(t["token_embd.weight"], m.embed)
     assert _same_bits(t["output.weight"], m.lm_head)
     assert _same_bits(t["output_norm.weight"], m.final_norm)
@@ -162,14 +162,14 @@ def test_llama_arithmetic_generates_the_same(written):
     for prompt in ex.module.DEMOS:
         ids = program.vocab.encode(prompt)
         seq = ids + program.generate_ids(ids) + [program.vocab.eos_id]
-        want = runtime.forward(program.machine, seq)[0]
+        want = runtime.forward(program.weights, seq)[0]
         got = _llama_logits(reader, seq)
         assert torch.equal(got.argmax(-1)[len(ids) - 1:-1], torch.tensor(seq[len(ids):]))
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-2), (got - want).abs().max()
 
 
 def test_layout_falls_back_to_nanbeige_when_freq_base_overflows(example):
-    m = example("adder_1digit").program.machine
+    m = example("adder_1digit").program.weights
     wide = dataclasses.replace(m, d_head=64, partial_rotary_factor=4 / 64)
     assert m.rope_theta ** 16 > 3.5e38  # theta ** (64 / 4) is not an fp32
     assert layout(wide) == ("nanbeige", 4, m.rope_theta)
@@ -181,7 +181,7 @@ def test_nanbeige_file(tmp_path):
         return tw.emit(tw.is_token(x, "a"), ["b"])
 
     program = tw.compile(echo_b, vocab=tw.Vocab("ab"), d_head=32, max_seq_len=2048)
-    m = program.machine
+    m = program.weights
     reader = gguf.GGUFReader(save_gguf(m, program.vocab, tmp_path / "p.gguf"))
     f, t = _fields(reader), _tensors(reader)
     assert f["general.architecture"] == "nanbeige" and f["nanbeige.rope.dimension_count"] == 4
@@ -205,7 +205,7 @@ def test_multibyte_characters_are_merged_back():
 
 def test_relu_machine_is_refused(example, tmp_path):
     program = example("adder_1digit").module.make(machine="relu")
-    assert program.machine.act == "relu"
+    assert program.weights.act == "relu"
     with pytest.raises(tw.CompileError, match="llama.cpp has no architecture with a gated-ReLU"):
-        save_gguf(program.machine, program.vocab, tmp_path / "r.gguf")
+        save_gguf(program.weights, program.vocab, tmp_path / "r.gguf")
     assert not list(tmp_path.iterdir())

@@ -111,8 +111,8 @@ def test_llama_cpp_graph_at_4096(tmp_path):
     from torchwright_fx.backends.gguf import layout, save_gguf
 
     program = tw.compile(long_lines, vocab=VOCAB, max_seq_len=4096).compile()
-    assert layout(program.machine)[:2] == ("llama", 32)
-    reader = gguf.GGUFReader(save_gguf(program.machine, VOCAB, tmp_path / "long.gguf"))
+    assert layout(program.weights)[:2] == ("llama", 32)
+    reader = gguf.GGUFReader(save_gguf(program.weights, VOCAB, tmp_path / "long.gguf"))
     ids = VOCAB.encode(_stream(4000, 7))
     with torch.no_grad():
         got = _llama_logits(reader, ids).argmax(-1)

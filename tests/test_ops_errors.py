@@ -182,6 +182,6 @@ def test_a_step_just_inside_fp32_resolution_is_exact():
 
     from torchwright_fx.backends import runtime
 
-    _, states = runtime.forward(program.machine, ids, capture=True)
+    _, states = runtime.forward(program.weights, ids, capture=True)
     got = read_lin(program, program.build.program.output, states)
     assert torch.equal(got.float(), want.float())

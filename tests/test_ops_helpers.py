@@ -94,7 +94,7 @@ def run_probes(probes: Sequence[Probe], machine: MachineKind) -> list[torch.Tens
     compiled, names = compile_probes(probes, machine)
     n = len(probes[0].inputs[0])
     ids = [compiled.vocab.bos_id, *range(3, 3 + n), 3]
-    _, states = runtime.forward(compiled.machine, ids, capture=True)
+    _, states = runtime.forward(compiled.weights, ids, capture=True)
     nodes = compiled.build.program.nodes
     return [read_lin(compiled, nodes[name].columns[0], states)[2:] for name in names]
 

@@ -114,7 +114,7 @@ def test_random_program_compiles_to_its_reference(plan: Plan, machine: MachineKi
                           output="value")  # any integer, read from the residual stream
     ids = VOCAB.encode(text)
     want = compiled.traced.run(ids).double()
-    _, states = runtime.forward(compiled.machine, ids, capture=True)
+    _, states = runtime.forward(compiled.weights, ids, capture=True)
     got = read_lin(compiled, compiled.build.program.output, states)
     tol = 1e-6 * max(peak(plan), 1.0)
     assert torch.all((got - want).abs() <= tol), (plan, machine, text, got, want)

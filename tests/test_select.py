@@ -130,7 +130,7 @@ def test_compiled_equals_reference_and_oracle_at_every_position(compiled, name):
         ref = program.traced.run(ids).double().reshape(-1)
         oracle = torch.tensor(_oracle(name, ids), dtype=torch.float64)
         assert torch.allclose(ref, oracle, atol=1e-6), (name, length, ref, oracle)
-        _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+        _, states = tw.backends.runtime.forward(program.weights, ids, capture=True)
         got = _final_value(program, states[-1])
         tol = _tolerance(program)
         assert (got - ref).abs().max() <= tol, (name, length, torch.nonzero(
@@ -196,7 +196,7 @@ def test_equality_on_many_values_splits_into_digits(name):
                 want.append(sum(ids[j] for j in chosen) / len(chosen))
         ref = program.traced.run(ids).double().reshape(-1)
         assert torch.allclose(ref, torch.tensor(want, dtype=torch.float64), atol=1e-6), name
-        _, states = tw.backends.runtime.forward(program.machine, ids, capture=True)
+        _, states = tw.backends.runtime.forward(program.weights, ids, capture=True)
         got = _final_value(program, states[-1])
         assert (got - ref).abs().max() <= _tolerance(program), (name, length, heads)
 

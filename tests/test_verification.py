@@ -98,6 +98,33 @@ def test_verify_exhaustive_has_no_mismatch(name):
     assert report.worst_margin >= 1.0
 
 
+def _swapped(x):
+    """Prints the letter after '\n' swapped a<->b: wrong on purpose for the oracle below."""
+    return tw.emit(tw.is_token(x, "\n"), [tw.lookup(tw.shift(tw.code(x), 1),
+                                                    {VOCAB["a"]: "b", VOCAB["b"]: "a"}, "c")])
+
+
+@pytest.mark.parametrize("backend", ["runtime", "hf", "onnx"])
+def test_every_backend_runs_through_one_verify(backend):
+    """The three runners (backends/protocol.py) agree on a program and report an oracle's
+    disagreement the same way."""
+    program = tw.compile(_swapped, vocab=VOCAB, max_seq_len=8)
+    prompts = ["a\n", "b\n", "f\n"]
+    report = program.verify(prompts, backend=backend)
+    assert report.ok and report.count == 3 and report.backend == backend
+    wrong = program.verify(prompts, backend=backend, oracle=lambda p: p[0])
+    assert sorted(p for p, *_ in wrong.mismatches) == ["a\n", "b\n", "f\n"]
+    with pytest.raises(ValueError, match="choose one of 'hf', 'runtime', 'onnx'"):
+        program.verify(prompts, backend="vllm")
+
+
+def test_weights_is_the_compiled_machine_and_machine_is_its_old_name():
+    program = tw.compile(_swapped, vocab=VOCAB, max_seq_len=8)
+    assert program.weights.max_seq_len == 8
+    with pytest.warns(DeprecationWarning, match="Compiled.weights"):
+        assert program.machine is program.weights
+
+
 def test_unknown_characters_raise_a_clear_error():
     from examples.binary_increment import program
 

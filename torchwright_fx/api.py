@@ -6,6 +6,7 @@ import functools
 import html
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from torchwright_fx.capture.errors import (
 )
 from torchwright_fx.capture.propagate import shape
 from torchwright_fx.capture.registry import using_vocab
+from torchwright_fx.emit.machine import Machine
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
 from torchwright_fx.ops.numerics import CODE_TOLERANCE
@@ -206,11 +208,19 @@ class Compiled:
         return self.compile()._build  # type: ignore[return-value]
 
     @property
-    def machine(self) -> Any:
+    def weights(self) -> Machine:
+        """The compiled weights (``emit/machine.py``): what every backend writes or runs."""
         return self.build.machine
 
+    @property
+    def machine(self) -> Machine:
+        """The old name of ``weights`` (``machine=`` is the machine *kind* option)."""
+        warnings.warn("Compiled.machine is now Compiled.weights", DeprecationWarning,
+                      stacklevel=2)
+        return self.weights
+
     def logits(self, ids: Sequence[int]) -> torch.Tensor:
-        return runtime.forward(self.machine, ids)[0]
+        return runtime.forward(self.weights, ids)[0]
 
     def generate_ids(self, ids: Sequence[int]) -> list[int]:
         if self.options.output != "code":
@@ -218,7 +228,7 @@ class Compiled:
                                f"{self.options.output!r}: its output is not certified as "
                                "token codes, so it does not generate; compile with "
                                "output='code'")
-        return runtime.generate(self.machine, ids)
+        return runtime.generate(self.weights, ids)
 
     def generate(self, text: str, allow_unknown: bool = False) -> str:
         """Greedy generation by the compiled weights (in-process runtime). Unknown characters
@@ -233,11 +243,17 @@ class Compiled:
 
         return probe(self, text, tolerance)
 
+    def verify(self, inputs: Iterable[str] | None = None, **options: Any) -> Any:
+        """The compiled model against the reference (and oracle) on prompts: ``tw.verify``."""
+        from torchwright_fx.verify.verify import verify
+
+        return verify(self, inputs, **options)
+
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """A stock Phi-3 directory, with the model card (how to run it in each runtime) and
         ``circuit.json`` (which heads, lanes and columns compute each fx node;
         ``tw.load_circuit``)."""
-        out = hf.save_pretrained(self.machine, self.vocab, directory, card=self.model_card())
+        out = hf.save_pretrained(self.weights, self.vocab, directory, card=self.model_card())
         circuit.write(out, self.circuit())
         return out
 
@@ -246,7 +262,7 @@ class Compiled:
         see ``backends/gguf.py``). The ReLU machine has no llama.cpp architecture: refused."""
         from torchwright_fx.backends.gguf import save_gguf
 
-        return save_gguf(self.machine, self.vocab, path, name=self.fn.__name__)
+        return save_gguf(self.weights, self.vocab, path, name=self.fn.__name__)
 
     def circuit(self) -> dict[str, Any]:
         """The ground-truth circuit map as a dict (``backends/circuit.py``)."""
@@ -254,9 +270,10 @@ class Compiled:
         return circuit.circuit(self.traced.graph_module, b.program, b.plan, b.placement,
                                self.options.d_head, self.fn.__name__)
 
-    def to_onnx(self, directory: str | os.PathLike, hf_dir: str | os.PathLike | None = None
+    def to_onnx(self, directory: str | os.PathLike, *, hf_dir: str | os.PathLike | None = None
                 ) -> Path:
-        """Export through torch.onnx (writes the HF directory first if none is given)."""
+        """Export through torch.onnx into ``directory`` (from ``hf_dir``, a Phi-3 directory
+        saved from this program; when none is given, one is written beside ``directory``)."""
         from torchwright_fx.backends.onnx import export_onnx
 
         if hf_dir is None:

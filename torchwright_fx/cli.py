@@ -4,7 +4,7 @@
                            [--d-model D] [--d-head D] [--max-seq-len N]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
-    torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime]
+    torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime|onnx]
     torchwright-fx inspect MODULE[:ATTR] [--plan FILE.svg|FILE.png]
 
 MODULE[:ATTR] names a ``tw.Compiled`` object (ATTR defaults to ``program``), a plain function
@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from torchwright_fx.api import Compiled
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "verify":
             p.add_argument("--samples", type=int, help="random sample size (default: all)")
             p.add_argument("--seed", type=int, default=0)
-            p.add_argument("--backend", choices=["hf", "runtime"], default="hf")
+            p.add_argument("--backend", choices=["hf", "runtime", "onnx"], default="hf")
         if name == "inspect":
             p.add_argument("--plan", metavar="FILE",
                            help="also draw the plan into FILE (.svg or .png)")
@@ -109,6 +110,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def compile_and_write(program: Compiled, output: str, onnx: str | None = None,
+                      gguf: str | None = None) -> None:
+    """``compile``: build, report, write the Phi-3 directory (and ONNX, GGUF when asked)."""
+    start = time.perf_counter()
+    program.compile()
+    program.report()
+    out = program.save_pretrained(output)
+    print(f"wrote {out} ({time.perf_counter() - start:.2f}s including the write)")
+    if onnx:
+        print(f"wrote {program.to_onnx(onnx, hf_dir=out)}")
+    if gguf:
+        print(f"wrote {program.save_gguf(gguf)}")
+
+
 def _run(args: argparse.Namespace) -> int:
     if getattr(args, "plan", None):
         from torchwright_fx.backends.plot import plan_format
@@ -120,14 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     program = load_program(args.program, _options(args))
 
     if args.command == "compile":
-        program.compile()
-        program.report()
-        out = program.save_pretrained(args.output)
-        print(f"wrote {out}")
-        if args.onnx:
-            print(f"wrote {program.to_onnx(args.onnx, hf_dir=out)}")
-        if args.gguf:
-            print(f"wrote {program.save_gguf(args.gguf)}")
+        compile_and_write(program, args.output, args.onnx, args.gguf)
     elif args.command == "report":
         program.compile()
         if args.json:

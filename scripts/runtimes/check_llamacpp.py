@@ -74,7 +74,7 @@ def llama_greedy(llm: Llama, ids: list[int], eos: int, limit: int) -> list[int]:
 def check(name: str, work: Path, samples: int, threads: int, options: dict) -> Result | str:
     module = importlib.import_module(f"examples.{name}")
     program = module.make(**options) if options else module.program
-    m = program.machine
+    m = program.weights
     if m.act == "relu":
         return f"{name}: skipped, compiled for machine='relu' (llama.cpp has no gated-ReLU arch)"
     print(f"{name}: GGUF arch {layout(m)[0]}, d_head {m.d_head}, max_seq_len {m.max_seq_len}",

@@ -1,1 +1,3 @@
-"""Backends that run or package a Machine: in-process runtime, Hugging Face directory, ONNX."""
+"""Backends that run or package the compiled weights: the in-process runtime, the Hugging Face
+directory (transformers), GGUF (llama.cpp) and ONNX. Their two shapes, writer and runner, are
+in ``protocol.py``."""

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -127,3 +128,29 @@ def save_pretrained(m: Machine, vocab: Vocab, directory: str | os.PathLike,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+class TransformersRunner:
+    """A Phi-3 directory loaded by ``AutoModelForCausalLM`` in float32, as a runner
+    (``backends/protocol.py``): what a user of the directory gets."""
+
+    def __init__(self, directory: str | os.PathLike):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        config = self.model.config
+        self.max_seq_len = int(config.max_position_embeddings)
+        self.eos_id = int(config.eos_token_id)
+
+    def logits(self, ids: Sequence[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model(torch.tensor([list(ids)])).logits[0]
+
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
+        room = self.max_seq_len - len(ids)
+        with torch.no_grad():
+            out = self.model.generate(torch.tensor([list(ids)]), do_sample=False,
+                                      max_new_tokens=room if max_new_tokens is None
+                                      else min(room, max_new_tokens))
+        new = out[0, len(ids):].tolist()
+        return new[: new.index(self.eos_id)] if self.eos_id in new else new

@@ -90,3 +90,16 @@ def generate(m: Machine, ids: Sequence[int], max_new_tokens: int | None = None) 
         seq.append(nxt)
         new.append(nxt)
     return new
+
+
+class Runtime:
+    """The in-process runtime as a runner (``backends/protocol.py``)."""
+
+    def __init__(self, weights: Machine):
+        self.weights = weights
+
+    def logits(self, ids: Sequence[int]) -> torch.Tensor:
+        return forward(self.weights, ids)[0]
+
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
+        return generate(self.weights, ids, max_new_tokens)

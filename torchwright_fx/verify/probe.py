@@ -94,7 +94,7 @@ def _materialised(lin: Lin, compiled: Compiled) -> bool:
 
 def probe(compiled: Compiled, text: str, tolerance: float = 1e-3) -> ProbeReport:
     ids = compiled.vocab.encode(text)
-    _, states = runtime.forward(compiled.machine, ids, capture=True)
+    _, states = runtime.forward(compiled.weights, ids, capture=True)
     want = reference_values(compiled, ids)
     prog = compiled.build.program
     diffs: list[NodeDiff] = []

@@ -7,11 +7,12 @@ import random
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from torchwright_fx.backends import runtime
+from torchwright_fx.backends.protocol import Runner
 
 if TYPE_CHECKING:
     from torchwright_fx.api import Compiled
@@ -39,35 +40,38 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-class _Logits:
-    """Teacher-forced logits and greedy generation from the chosen backend."""
+BACKENDS = ("hf", "runtime", "onnx")
+
+
+class _Backend:
+    """The runner ``verify`` checks (``backends/protocol.py``), with its files kept for as
+    long as it runs: ``hf`` loads the saved Phi-3 directory with transformers, ``onnx`` the
+    torch.onnx export of it with ONNX Runtime, ``runtime`` runs the weights in process."""
 
     def __init__(self, compiled: Compiled, backend: str):
-        self.compiled, self.backend = compiled, backend
-        self.model: Any = None
-        self.tmp: Any = None
-        if backend == "hf":
-            from transformers import AutoModelForCausalLM
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}: choose one of "
+                             f"{', '.join(map(repr, BACKENDS))}")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.eos_id = compiled.vocab.eos_id
+        self.runner: Runner
+        if backend == "runtime":
+            self.runner = runtime.Runtime(compiled.weights)
+        elif backend == "hf":
+            from torchwright_fx.backends.hf import TransformersRunner
 
-            self.tmp = tempfile.TemporaryDirectory()
-            path = compiled.save_pretrained(self.tmp.name + "/model")
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            self.runner = TransformersRunner(compiled.save_pretrained(self.tmp.name + "/hf"))
+        else:
+            from torchwright_fx.backends.onnx import load
+
+            self.runner = load(compiled.to_onnx(self.tmp.name + "/onnx"))
 
     def logits(self, ids: list[int]) -> torch.Tensor:
-        if self.model is None:
-            return runtime.forward(self.compiled.machine, ids)[0]
-        with torch.no_grad():
-            return self.model(torch.tensor([ids])).logits[0]
+        return torch.as_tensor(self.runner.logits(ids))
 
     def generate(self, ids: list[int]) -> list[int]:
-        if self.model is None:
-            return runtime.generate(self.compiled.machine, ids)
-        with torch.no_grad():
-            out = self.model.generate(torch.tensor([ids]), do_sample=False,
-                                      max_new_tokens=self.compiled.options.max_seq_len - len(ids))
-        new = out[0, len(ids):].tolist()
-        return new[: new.index(self.compiled.vocab.eos_id)] if self.compiled.vocab.eos_id in new \
-            else new
+        new = self.runner.generate_ids(ids)
+        return new[:-1] if new and new[-1] == self.eos_id else new  # ONNX's runner keeps <eos>
 
 
 def _prompts(compiled: Compiled, inputs: Iterable[str] | None, exhaustive: bool,
@@ -86,10 +90,12 @@ def _prompts(compiled: Compiled, inputs: Iterable[str] | None, exhaustive: bool,
 def verify(compiled: Compiled, inputs: Iterable[str] | None = None, *, exhaustive: bool = False,
            samples: int | None = None, seed: int = 0, backend: str = "hf",
            oracle: Callable[[str], str] | None = None) -> VerifyReport:
-    """Compare the compiled model's greedy output with the reference on every prompt."""
+    """Compare the compiled model's greedy output with the reference on every prompt, run by
+    ``backend``: ``"hf"`` (the saved Phi-3 directory through transformers), ``"runtime"`` (in
+    process) or ``"onnx"`` (the torch.onnx export through ONNX Runtime)."""
     oracle = oracle or compiled.oracle
     report = VerifyReport(compiled.fn.__name__, backend)
-    model = _Logits(compiled, backend)
+    model = _Backend(compiled, backend)
     vocab = compiled.vocab
     for prompt in _prompts(compiled, inputs, exhaustive, samples, seed):
         ids = vocab.encode(prompt)

@@ -91,3 +91,12 @@ def hf_agrees(model, tokenizer, prompt: str, answer: str) -> bool:
     with torch.no_grad():
         logits = model(ids).logits[0]
     return logits[n_prompt - 1:].argmax(-1).tolist() == want
+
+
+def lin_value(lin, plan, residual: torch.Tensor) -> torch.Tensor:
+    """An affine form over signals (a ``Lin``: the output, a view's column) read off residual
+    states ``[T, d_model]`` through the plan's columns, in float64."""
+    value = torch.full((residual.shape[0],), lin.const, dtype=torch.float64)
+    for sid, coef in lin.terms.items():
+        value += coef * residual[:, plan.columns[sid]].double()
+    return value

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from conftest import load_hf
+from conftest import lin_value, load_hf
 
 import torchwright_fx as tw
 from torchwright_fx.ir.linear import Lin
@@ -81,12 +81,7 @@ def compiled():
 
 def _final_residual_value(program: tw.Compiled, residual: torch.Tensor, name: str = ""
                           ) -> torch.Tensor:
-    out: Lin = _read(program, name)
-    plan = program.build.plan
-    value = torch.full((residual.shape[0],), out.const, dtype=torch.float64)
-    for sid, coef in out.terms.items():
-        value += coef * residual[:, plan.columns[sid]].double()
-    return value
+    return lin_value(_read(program, name), program.build.plan, residual)
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))

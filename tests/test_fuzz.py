@@ -22,9 +22,7 @@ _COMMON = {"deadline": None, "derandomize": True, "database": None,
            "suppress_health_check": list(HealthCheck)}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def test_fuzz_default():

@@ -13,10 +13,7 @@ import pytest
 
 import torchwright_fx as tw
 
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def refused_or_equal(source: str, prompts: list[str], chars: str = "ab01\n",

@@ -25,9 +25,7 @@ DIGITS = "0123456789"
 LOWER, UPPER = string.ascii_lowercase, string.ascii_uppercase
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def _check(program: tw.Compiled, oracle: Callable[[str], str], prompts: Iterable[str],

@@ -40,9 +40,7 @@ MACHINES = ["swiglu", "relu"]
 CLI = str(Path(sys.executable).with_name("torchwright-fx"))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def _words(alphabet: str, max_len: int, n: int, seed: int) -> list[str]:

@@ -34,9 +34,7 @@ MACHINES = ["swiglu", "relu"]
 SYM200 = "".join(chr(0x100 + k) for k in range(200))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def _digit(x: torch.Tensor) -> torch.Tensor:

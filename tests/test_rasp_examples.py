@@ -27,11 +27,9 @@ PER_LENGTH = 4  # random inputs per length (fast); the slow test takes more
 TINY = 200  # the first inputs of each domain, shortest first: every input of up to 3 tokens
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    """These models are small: one thread runs them faster than two (and much faster than
-    two on a busy machine)."""
-    yield
+# These models are small: one thread runs them faster than two (and much faster than two on
+# a busy machine).
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def _module(name: str) -> ModuleType:

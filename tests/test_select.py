@@ -8,10 +8,9 @@ import random
 
 import pytest
 import torch
-from conftest import load_hf
+from conftest import lin_value, load_hf
 
 import torchwright_fx as tw
-from torchwright_fx.ir.linear import Lin
 
 VOCAB = tw.Vocab("abcde\n")
 AB = (VOCAB.tokens.index("a"), VOCAB.tokens.index("b"))
@@ -108,12 +107,7 @@ def compiled():
 
 
 def _final_value(program: tw.Compiled, residual: torch.Tensor) -> torch.Tensor:
-    out: Lin = program.build.program.output
-    plan = program.build.plan
-    value = torch.full((residual.shape[0],), out.const, dtype=torch.float64)
-    for sid, coef in out.terms.items():
-        value += coef * residual[:, plan.columns[sid]].double()
-    return value
+    return lin_value(program.build.program.output, program.build.plan, residual)
 
 
 def _tolerance(program: tw.Compiled) -> float:

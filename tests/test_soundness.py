@@ -17,9 +17,7 @@ from torchwright_fx.ops.attention import Geometry, GeometryError, check_margins
 DIGITS = tw.Vocab("0123456789\n")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_thread):
-    yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.one_thread
 
 
 def _digit(x):

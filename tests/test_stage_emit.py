@@ -62,7 +62,7 @@ def build(machine: str) -> tuple[Program, Plan, dict[str, int]]:
     prog.output = Lin.of(g)
     prog.output_range = prog.signals[g].range
     sids = {"c": next(iter(c.signals())), "f": f, "h": h, "g": g}
-    prog.live = set(sids.values())  # what passes.dce would set
+    prog.live = frozenset(sids.values())  # what passes.dce would set
     plan = Plan(stage={0: 1, 1: 2, 2: 3}, columns={sids[n]: col for n, col in COLUMNS.items()},
                 cancels={f: 2}, d_model=D, const_col=0, pin_cols=[1])
     plan.check(prog)

@@ -17,7 +17,7 @@ import torch.fx
 import torchwright_fx as tw
 from torchwright_fx import pipeline
 from torchwright_fx.capture.errors import CompileError
-from torchwright_fx.intrinsics import using_vocab
+from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.graph import EMBED, FFN, Head
 
 VOCAB = tw.Vocab("012")
@@ -70,12 +70,12 @@ def test_every_node_has_facts(lowered) -> None:
     gm, prog = lowered
     names = {n.name for n in gm.graph.nodes if n.op == "call_function"}
     values = node_values(gm)
-    assert set(values) <= set(prog.facts)
+    assert set(values) <= set(prog.nodes)
     assert {"lookup", "is_token", "shift", "where", "clamp"} <= {
         n.rstrip("_0123456789") for n in names}
     for name in values:
-        assert len(prog.facts[name]) == 1, name
-        assert prog.sources[name].startswith(f"{__file__}:"), prog.sources[name]
+        assert len(prog.nodes[name].intervals) == 1, name
+        assert prog.nodes[name].source.startswith(f"{__file__}:"), prog.nodes[name].source
 
 
 def test_facts_hold_every_value_and_are_tight(lowered) -> None:
@@ -83,7 +83,7 @@ def test_facts_hold_every_value_and_are_tight(lowered) -> None:
     values = node_values(gm)
     assert len(values) >= 8
     for name, vals in values.items():
-        (r,) = prog.facts[name]
+        (r,) = prog.nodes[name].intervals
         lo, hi = min(vals), max(vals)
         assert r.lo <= lo and hi <= r.hi, (name, r, lo, hi)
         if r.step is not None:
@@ -94,7 +94,7 @@ def test_facts_hold_every_value_and_are_tight(lowered) -> None:
         assert r.noise < 1e-20, (name, r.noise)  # only the steps' certified rounding
     # on these integer ops the facts are the exact hull of what the brute force reaches
     for name in ("lookup", "is_token", "mul", "sub", "shift", "where", "clamp"):
-        (r,) = prog.facts[name]
+        (r,) = prog.nodes[name].intervals
         assert (r.lo, r.hi) == (min(values[name]), max(values[name])), (name, r)
         assert r.integral, name
 
@@ -114,7 +114,7 @@ def test_facts_do_not_track_correlation(lowered) -> None:
     sees two independent operands, [-2, 4] * [0, 1]: sound, not tight."""
     gm, prog = lowered
     assert set(node_values(gm)["mul_1"]) == {0.0, 1.0}
-    (r,) = prog.facts["mul_1"]
+    (r,) = prog.nodes["mul_1"].intervals
     assert (r.lo, r.hi) == (-2.0, 4.0)
 
 
@@ -122,11 +122,12 @@ def test_the_output_is_a_code_and_only_live_parts_remain(lowered) -> None:
     _, prog = lowered
     lo, hi = prog.output_range.lo, prog.output_range.hi
     assert VOCAB["0"] <= lo and hi <= VOCAB["2"] and prog.output_range.integral
-    assert prog.live and prog.output.signals() <= prog.live
-    assert all(p.reads() <= prog.live for p in prog.producers.values())
+    live = prog.live_signals()
+    assert live and prog.output.signals() <= live
+    assert all(p.reads() <= live for p in prog.producers.values())
     assert any(isinstance(p, Head) for p in prog.producers.values())  # the shift
     assert any(isinstance(p, FFN) for p in prog.producers.values())  # where, clamp, product
-    assert set(prog.embed_tables) <= prog.live
+    assert set(prog.embed_tables) <= live
     assert all(prog.signals[s].producer == EMBED for s in prog.embed_tables)
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import math
 
-import pytest
-
-from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
+from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, NodeRecord, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.passes.dce import eliminate_dead, live_signals
@@ -21,7 +19,6 @@ from torchwright_fx.vocab import Vocab
 
 VOCAB = Vocab("abc")  # ids: <bos> 0, <eos> 1, <unk> 2, a 3, b 4, c 5
 D_HEAD = 8
-NOT_YET_PURE = pytest.mark.xfail(strict=True, reason="issue 15: passes will return new programs")
 
 
 def one_hot(prog: Program, token: str) -> Lin:
@@ -86,7 +83,7 @@ def snapshot(prog: Program) -> dict:
     return copy.deepcopy({
         "signals": prog.signals, "embed_tables": prog.embed_tables,
         "producers": {pid: (type(p).__name__, p.__dict__) for pid, p in prog.producers.items()},
-        "output": prog.output, "views": prog.views, "live": prog.live,
+        "output": prog.output, "nodes": prog.nodes, "live": prog.live,
     })
 
 
@@ -177,7 +174,6 @@ def test_a_program_reading_only_constants_keeps_nothing() -> None:
     assert out.producers == {} and out.embed_tables == {} and out.live == set()
 
 
-@NOT_YET_PURE
 def test_eliminate_dead_leaves_its_input_unchanged() -> None:
     prog, _ = with_dead_parts()
     before = snapshot(prog)
@@ -196,10 +192,11 @@ def test_fold_replaces_multi_column_reads_of_the_embedding() -> None:
     single = xc * 4.0 + 2.0
     beside_ffn = Lin.of(f) + xa  # also reads a non-embedding signal: must stay as it is
     prog.output = single + beside_ffn
-    prog.views["mixed"] = [mixed_gate, single]
+    prog.nodes["mixed"] = NodeRecord("mixed", "", (mixed_gate, single),
+                                     (Interval(-1.0, 2.0), Interval(2.0, 6.0)))
     n_before = len(prog.signals)
 
-    fold_embedding(prog)
+    prog = fold_embedding(prog)
     (lane,) = prog.producers[0].lanes  # type: ignore[union-attr]
     # the gate now reads one new embedding column (its constant kept outside the table)
     (new,) = lane.gate.signals()
@@ -210,8 +207,8 @@ def test_fold_replaces_multi_column_reads_of_the_embedding() -> None:
     assert (r.lo, r.hi, r.integral) == (0.0, 3.0, True)
     # a single column and a read of a produced signal are left alone
     assert prog.output == single + beside_ffn
-    # views are rewritten like every other read
-    assert prog.views["mixed"] == [lane.gate, single]
+    # node records are rewritten like every other read
+    assert prog.nodes["mixed"].columns == (lane.gate, single)
 
 
 def test_fold_shares_one_column_per_distinct_combination() -> None:
@@ -220,7 +217,7 @@ def test_fold_shares_one_column_per_distinct_combination() -> None:
     add_ffn(prog, [Lane(xa + xb, xa * 2.0 - xb), Lane(xa + xb + 5.0, Lin.constant(1.0))])
     heads = add_head(prog, [xa + xb, xa - xb * 0.5])
     prog.output = Lin.of(heads[0])
-    fold_embedding(prog)
+    prog = fold_embedding(prog)
     lanes = prog.producers[0].lanes  # type: ignore[union-attr]
     head = prog.producers[1]
     assert isinstance(head, Head)
@@ -238,7 +235,7 @@ def test_fold_keeps_every_read_on_every_token() -> None:
     reads = [(lane.gate, lane.up) for p in prog.producers.values() for lane in p.lanes]
     before = outputs(prog)
     values = [[evaluate(prog, lin, t) for t in range(len(VOCAB))] for pair in reads for lin in pair]
-    fold_embedding(prog)
+    prog = fold_embedding(prog)
     after_reads = [(lane.gate, lane.up) for p in prog.producers.values() for lane in p.lanes]
     after = [[evaluate(prog, lin, t) for t in range(len(VOCAB))]
              for pair in after_reads for lin in pair]
@@ -270,7 +267,6 @@ def test_fold_then_dce_frees_the_one_hot_columns() -> None:
     assert set(out.embed_tables) <= out.live
 
 
-@NOT_YET_PURE
 def test_fold_leaves_its_input_unchanged() -> None:
     prog = ffn_only()
     before = snapshot(prog)

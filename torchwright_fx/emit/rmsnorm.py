@@ -45,11 +45,11 @@ def choose_pins(d_model: int, data_energy: float) -> Pins:
     """The smallest pin exponent q >= PIN_MIN_EXPONENT whose limit certifies ``data_energy``
     (the sum over data columns of the largest square each can hold)."""
     e = int(math.log2(d_model))
+    if not data_energy < 2.0 ** (2 * PIN_MAX_EXPONENT - 24):  # NaN and infinity included
+        raise EnergyError(
+            f"data energy {data_energy:.3g} needs pins above 2**{PIN_MAX_EXPONENT}, where fp32 "
+            "sums of squares overflow; declare tighter ranges with tw.claim")
     q = PIN_MIN_EXPONENT
     while 2.0 ** (2 * q - 24) <= data_energy:
         q += 1
-    if q > PIN_MAX_EXPONENT:
-        raise EnergyError(
-            f"data energy {data_energy:.3g} needs pins of 2**{q}, above 2**{PIN_MAX_EXPONENT} "
-            "where fp32 sums of squares overflow; declare tighter ranges with tw.claim")
     return Pins(q, pin_count(d_model), q - e // 2)

@@ -1,4 +1,4 @@
-"""relu, abs, clamp, maximum / minimum and max / min."""
+"""relu, abs, clamp (and its spellings hardtanh, relu6), maximum / minimum and max / min."""
 
 from __future__ import annotations
 
@@ -89,3 +89,14 @@ def _max_or_reduction(sign: float) -> Rule:
 
 rule(torch.max, methods=("max",))(_max_or_reduction(1.0))
 rule(torch.min, methods=("min",))(_max_or_reduction(-1.0))
+
+
+@rule(F.hardtanh)
+def _hardtanh(ctx: LowerCtx, a: Any, min_val: float = -1.0, max_val: float = 1.0,
+              inplace: bool = False) -> Stream:
+    return _clamp(ctx, a, min_val, max_val)
+
+
+@rule(F.relu6)
+def _relu6(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
+    return _clamp(ctx, a, 0.0, 6.0)

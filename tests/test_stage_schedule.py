@@ -176,6 +176,15 @@ def test_columns_of_the_diamond(d_model: int) -> None:
     plan.check(prog)
 
 
+def test_allocate_returns_a_new_plan_and_leaves_its_input() -> None:
+    prog = diamond()
+    staged = heuristic.schedule(prog)
+    before = (dict(staged.stage), dict(staged.columns), staged.d_model)
+    plan = columns.allocate(prog, staged, 32)
+    assert plan is not staged and plan.columns and plan.d_model == 32
+    assert (dict(staged.stage), dict(staged.columns), staged.d_model) == before
+
+
 def test_recycling_when_d_model_runs_out() -> None:
     """6 blocks of 4 signals (25 live with the embedding column) hold at most 11 columns at
     once: at d_model=16 (14 free columns) columns must be reused behind cancel heads."""

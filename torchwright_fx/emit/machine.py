@@ -7,6 +7,8 @@ from typing import Literal
 
 import torch
 
+from torchwright_fx.ops.numerics import RMS_EPS
+
 
 @dataclass
 class LayerWeights:
@@ -33,7 +35,7 @@ class Machine:
     layers: list[LayerWeights]
     final_norm: torch.Tensor  # [d]
     lm_head: torch.Tensor  # [vocab, d]
-    rms_eps: float = 1e-5
+    rms_eps: float = RMS_EPS
     bos_id: int = 0
     eos_id: int = 1
     meta: dict = field(default_factory=dict)

@@ -10,6 +10,7 @@ and a column is recycled only when d runs out.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 
@@ -84,7 +85,8 @@ def columns_needed(prog: Program, d_model: int) -> int:
 
 
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
-    """Give every live signal a column; with no d_model, the smallest power of two that fits."""
+    """A new plan giving every live signal a column (``plan`` itself is left as it was); with
+    no d_model, the smallest power of two that fits."""
     if d_model is not None:
         if not is_power_of_two(d_model):
             raise WidthError(f"d_model={d_model}: the RMSNorm identity needs a power-of-two width")
@@ -96,13 +98,12 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     spans = plan.occupancy(prog)  # the same for every width tried
     for d in candidates:
         try:
-            plan.columns, plan.cancels = assign(prog, plan, d, spans)
+            cols, cancels = assign(prog, plan, d, spans)
         except WidthError as e:
             error = e
             continue
-        plan.d_model = d
-        plan.const_col = 0
-        plan.pin_cols = list(range(1, reserved_columns(d)))
-        return plan
+        return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
+                                   d_model=d, const_col=0,
+                                   pin_cols=list(range(1, reserved_columns(d))))
     raise WidthError(f"the program does not fit: {error}; leave d_model unset to pick the "
                      "smallest width that fits, or schedule with optimize>=1")

@@ -26,7 +26,7 @@ import torch.fx
 from torchwright_fx.capture.errors import node_source, op_name
 from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Program
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import MLP, Plan, layer_of, stage_parity
 
 FORMAT = "torchwright_fx.circuit/1"
 FILENAME = "circuit.json"
@@ -48,12 +48,12 @@ def _signal_entry(prog: Program, plan: Plan, sid: int) -> dict[str, Any]:
     if stage < 0:
         written, hook = {"layer": -1, "sublayer": "embedding"}, "hook_embed"
     else:
-        layer, mlp = divmod(stage, 2)
+        layer, mlp = layer_of(stage), stage_parity(stage) == MLP
         written = {"layer": layer, "sublayer": "mlp" if mlp else "attention"}
         hook = f"blocks.{layer}.hook_resid_{'post' if mlp else 'mid'}"
     cancel = plan.cancels.get(sid)
     return {"signal": sid, "column": plan.columns.get(sid), "written": written,
-            "cancelled_at_layer": None if cancel is None else cancel // 2,
+            "cancelled_at_layer": None if cancel is None else layer_of(cancel),
             "range": [sig.range.lo, sig.range.hi], "integral": sig.range.integral,
             "hook": hook}
 

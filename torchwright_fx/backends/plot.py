@@ -20,7 +20,7 @@ from typing import Any
 
 from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Head, Program
-from torchwright_fx.schedule.plan import EMBED_STAGE, Plan
+from torchwright_fx.schedule.plan import EMBED_STAGE, MLP, Plan, end_stage, stage_parity
 
 FORMATS = {".png": "png", ".svg": "svg"}
 COLOURS = {"embedding": "#7f9fc6", "attention": "#f0a050", "mlp": "#74b87a",
@@ -77,7 +77,7 @@ def signal_labels(prog: Program) -> dict[int, str]:
 def bars(prog: Program, plan: Plan) -> list[Bar]:
     """Every value's bar (consecutive columns of one producer with the same span merged),
     the reserved columns first."""
-    end = 2 * plan.n_layers
+    end = end_stage(plan.n_layers)
     out = [Bar("1.0 (constant)", "reserved", plan.const_col, 1, EMBED_STAGE, end, None)]
     out += [Bar("RMSNorm pin", "reserved", c, 1, EMBED_STAGE, end, None) for c in plan.pin_cols]
     spans = plan.lifetimes(prog)
@@ -223,7 +223,8 @@ def _figure(prog: Program, plan: Plan, placement: Placement, title: str) -> Any:
     ax.set_ylabel("residual column")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for x in range(EMBED_STAGE + 1, end + 1):
-        ax.axvline(x, color="#dddddd" if x % 2 else "#999999", linewidth=0.5, zorder=1)
+        ax.axvline(x, color="#dddddd" if stage_parity(x) == MLP else "#999999", linewidth=0.5,
+                   zorder=1)
     ax.set_title(title or "plan", fontsize=9)
     legend: list[Artist] = [Patch(facecolor=COLOURS[k], label=k)
                             for k in ("embedding", "attention", "mlp")]

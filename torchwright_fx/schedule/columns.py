@@ -80,10 +80,6 @@ def assign(prog: Program, plan: Plan, d_model: int,
     return columns, cancels
 
 
-def columns_needed(prog: Program, d_model: int) -> int:
-    return reserved_columns(d_model) + len(prog.live_signals())
-
-
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     """A new plan giving every live signal a column (``plan`` itself is left as it was); with
     no d_model, the smallest power of two that fits."""

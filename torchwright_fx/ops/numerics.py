@@ -222,3 +222,12 @@ CODE_TOLERANCE = 1e-3
 FALLBACK_GAP = AMPLITUDE_HEADROOM * ATTENTION_MARGIN
 MEAN_GAIN = 2.0 * FALLBACK_GAP
 WIDTH_GAIN = FALLBACK_GAP
+
+# -- snapping near-integers (ops/ffn/snap.py) ------------------------------------------------------
+# x + SNAP_OFFSET lies in [2**23, 2**24) for |x| < SNAP_LIMIT, where fp32's spacing is exactly 1:
+# the sum rounds to the integer nearest x.
+SNAP_OFFSET = 1.5 * 2.0 ** 23
+SNAP_LIMIT = 2.0 ** 22 - 1
+# How far x's terms may stray from integers in all: half the distance at which rounding to the
+# nearest integer would pick the wrong one.
+SNAP_NOISE = 0.25

@@ -25,7 +25,8 @@ The package, one file per concern (imported here, so ``ffn.X`` names every const
 ``grids`` (lattices and mean fractions from the facts), ``pwl`` (piecewise-linear functions
 and their lanes), ``fp32`` (exactness proofs and noise bounds), ``steps`` (steps,
 staircases, rounding plans, lookups), ``elementwise`` (relu, gates, select, logic) and
-``products`` (products, powers, reciprocals, knots for smooth functions).
+``products`` (products, powers, reciprocals, knots for smooth functions) and ``snap``
+(near-integers made exact).
 """
 
 from torchwright_fx.ir.ranges import frac_gcd, rational  # noqa: F401  (re-exported)
@@ -85,6 +86,7 @@ from torchwright_fx.ops.ffn.pwl import (  # noqa: F401
     linear,
     magnitude,
 )
+from torchwright_fx.ops.ffn.snap import snap, snap_error, snapped_range  # noqa: F401
 from torchwright_fx.ops.ffn.steps import (  # noqa: F401
     ROUNDERS,
     NotExact,

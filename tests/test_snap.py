@@ -9,6 +9,7 @@ bit for bit on both machines, for every constant the affine form may carry.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -37,7 +38,7 @@ OTHER = (0.0, 0.0, 0.0, 1.0, 2.004, -3.0, 9.9879, -7.0, 0.0, 12.011, 5.0)
 NOISE = 0.021
 
 
-def _program(machine: str, x_of: callable) -> tuple[Program, Lin, Lin]:
+def _program(machine: str, x_of: Callable[[Lin, Lin], Lin]) -> tuple[Program, Lin, Lin]:
     prog = Program(VOCAB, machine)  # type: ignore[arg-type]
     a = prog.embed(NEAR, Interval(-6.0, 4096.0, True, noise=NOISE), "a", "table a")
     b = prog.embed(OTHER, Interval(-7.0, 12.0, True, noise=NOISE), "b", "table b")
@@ -154,7 +155,8 @@ def test_select_on_positions_and_tokens_counts() -> None:
 
 def repeats(x):
     """After '|': whether the last letter equals the one two before it, read by selecting the
-    key position p - 2 (Select(indices, indices - 2, ==)), and a count of letters since the last 'a' read through a selector width as a key."""
+    key position p - 2 (Select(indices, indices - 2, ==)), and how many positions ago the
+    (count - 1)-th 'a' came, found with the running count of 'a' (a selector width) as key."""
     p = tw.position(x)
     two_back = tw.select_latest(tw.select(p, p - 2, "=="), tw.code(x), default=0.0)
     same = (two_back == tw.code(x)).float()

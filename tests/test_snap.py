@@ -184,3 +184,31 @@ def test_select_keyed_by_positions_and_widths(n: int) -> None:
     for length in [1, 2, 3, n - 3, *(rng.randint(1, n - 3) for _ in range(8))]:
         s = "".join(rng.choice("abcd") for _ in range(length)) + "|"
         assert program.reference(s) == program.generate(s) == _repeats_oracle(s), s
+
+
+# -- rounding a long context's counts -------------------------------------------------------------
+W = tw.Vocab("ab|")
+
+
+def since_mod_7(x):
+    """After '|': the steps since the previous '|' (or <bos>), mod 7, as 'a' (even) or 'b'."""
+    d = tw.steps_since(tw.is_token(x, "|")) % 7
+    return tw.emit(tw.is_token(x, "|"), [tw.lookup(tw.shift(d, 1), {k: "ab"[k % 2]
+                                                                    for k in range(7)})])
+
+
+def _since_mod_7_oracle(s: str) -> str:
+    body = s[:-1]
+    last = body.rfind("|")
+    return "ab"[((len(body) - 1 - last) % 7) % 2]
+
+
+def test_remainder_of_a_long_count_is_rounded_onto_its_lattice_first() -> None:
+    """At 4096 positions the decoded count is too noisy for a 585-step staircase: the
+    count is snapped to an exact integer first (it was refused before)."""
+    program = tw.compile(since_mod_7, vocab=W, max_seq_len=4096)
+    assert any(p.name.endswith(".exact") for p in program.build.program.producers.values())
+    rng = random.Random(7)
+    for length in (4093, 3000, 12):
+        s = "".join(rng.choice("aab") for _ in range(length)) + "|"
+        assert program.reference(s) == program.generate(s) == _since_mod_7_oracle(s)

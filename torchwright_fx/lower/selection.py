@@ -27,7 +27,6 @@ from torchwright_fx.ops.numerics import (
     MAX_SELECT_TUPLES,
     MAX_SELECT_VALUES,
     SELECT_FEATURE_NOISE,
-    SNAP_NOISE,
 )
 from torchwright_fx.ops.ties import refuse_ties
 
@@ -209,8 +208,8 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
                         "more than once), so the predicate could hold in exact arithmetic and "
                         "fail in the reference", "compute them from whole numbers, or round "
                         "them first (torch.round)")
-    if rng.noise > 0:  # a near-integer (a decoded position or count): made exact first
-        col, rng = snap_integer(ctx, col, rng, what)
+    if rng.noise > 0:  # a decoded position or count: rounded onto its lattice first
+        col, rng = table.snapped(ctx, col, rng) or (col, rng)
     grid = table.grid(ctx, col, rng)
     if grid is None:
         raise ctx.error(f"select's {what} must take finitely many values (integers, token codes "
@@ -226,19 +225,6 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     # fp32 (0.4 is 0.4000000059604645 there), so `lambda k, q: k == 0.4` decides alike
     seen = tuple(float(np.float32(p)) for p in points)
     return Side(seen, at_bos, label, tuple(points), col, rng, grid)
-
-
-def snap_integer(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin, Interval]:
-    """``col`` rounded to the exact integer it approximates (ops/ffn/snap.py), one MLP
-    sublayer; unchanged when it cannot be certified (the caller's checks then refuse it)."""
-    error = ffn.snap_error(col, rng, lambda sid: ctx.prog.signals[sid].range)
-    if error is None or error > SNAP_NOISE:
-        return col, rng
-    bank = ctx.bank(1)
-    ffn.snap(bank, 0, col)
-    exact = ffn.snapped_range(rng)
-    (snapped,) = bank.finish(ctx.prog, [exact], f"{ctx.name}.{what}.exact", ctx.source)
-    return snapped, exact
 
 
 # -- features ------------------------------------------------------------------------------------

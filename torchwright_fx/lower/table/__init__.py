@@ -29,6 +29,7 @@ from torchwright_fx.lower.table.base import (  # noqa: F401
     pwl_stream,
     read_noise,
     rule,
+    snapped,
     user_errors,
     value_set,
 )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
+from fractions import Fraction
 from typing import Any
 
 from torchwright_fx.ir.linear import Lin
@@ -17,6 +19,7 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Pwl
+from torchwright_fx.ops.numerics import SNAP_NOISE
 
 Rule = Callable[..., Any]
 FUNCTIONS: dict[Any, Rule] = {}
@@ -50,6 +53,29 @@ def user_errors(ctx: LowerCtx) -> Iterator[None]:
 
 def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
     return ffn.grid_of(x, rng, lambda sid: ctx.prog.signals[sid].range)
+
+
+def snapped(ctx: LowerCtx, x: Lin, rng: Interval) -> tuple[Lin, Interval] | None:
+    """``x``, noisy but on a lattice in exact arithmetic, rounded onto its lattice point bit
+    for bit (ops/ffn/snap.py: one MLP sublayer, two lanes); None when it cannot be certified.
+    The lattice's index ``(x - offset) / spacing`` is the integer that is snapped."""
+    g = grid(ctx, x, rng)
+    if g is None or not rng.finite:
+        return None
+    spacing, offset = float(g.spacing), float(g.offset)
+    index = (x - offset) * (1.0 / spacing) if g.spacing != 1 else x - offset
+    index_rng = Interval(float((Fraction(rng.lo) - g.offset) / g.spacing),
+                         float((Fraction(rng.hi) - g.offset) / g.spacing), True,
+                         noise=rng.noise / spacing)
+    error = ffn.snap_error(index, index_rng, lambda sid: ctx.prog.signals[sid].range)
+    if error is None or error > SNAP_NOISE:
+        return None
+    bank = ctx.bank(1)
+    ffn.snap(bank, 0, index)
+    (col,) = bank.finish(ctx.prog, [ffn.snapped_range(index_rng)], f"{ctx.name}.exact",
+                         ctx.source)
+    exact = dataclasses.replace(rng, noise=0.0)
+    return (col * spacing + offset if g.spacing != 1 or g.offset else col), exact
 
 
 def read_noise(ctx: LowerCtx, x: Lin) -> float:

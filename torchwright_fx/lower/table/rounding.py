@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     EXACT,
@@ -27,12 +28,14 @@ from torchwright_fx.lower.table.base import (
     grid,
     pwl_stream,
     rule,
+    snapped,
     user_errors,
     value_set,
 )
 from torchwright_fx.lower.table.logic import COMPARE_ADVICE
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Step
+from torchwright_fx.ops.numerics import NOISE_TOLERANCE
 from torchwright_fx.ops.ties import refuse_ties
 
 
@@ -45,6 +48,30 @@ def _round_range(kind: str, r: Interval) -> Interval:
 
 
 def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
+    """floor / ceil / round / trunc of every column (``_rounded``). A noisy input on a lattice
+    (a decoded position or count, far along a long context) can leave the staircase's result
+    too noisy for the exact steps after it, or be refused: it is then rounded onto its lattice
+    first (one MLP sublayer, ``table.snapped``) and the staircase runs on exact values."""
+    try:
+        out: Stream | None = _rounded(ctx, x, kind)
+        error: CompileError | None = None
+    except CompileError as e:
+        out, error = None, e
+    if out is not None and all(r.noise <= float(NOISE_TOLERANCE) for r in out.ranges):
+        return out
+    exact = [snapped(ctx, c, r) if r.noise > 0 else None
+             for c, r in zip(x.cols, x.ranges, strict=True)]
+    if not any(exact):
+        if out is None:
+            assert error is not None
+            raise error
+        return out
+    cols = [e[0] if e else c for e, c in zip(exact, x.cols, strict=True)]
+    ranges = [e[1] if e else r for e, r in zip(exact, x.ranges, strict=True)]
+    return _rounded(ctx, Stream(cols, ranges, x.is_bool), kind)
+
+
+def _rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
     """floor / ceil / round (half to even) / trunc of every column: a staircase on x's grid
     (exact at lattice points) or off-grid (exact outside RAMP_WIDTH of each threshold), split
     into coarse and fine stages when one stage would leave fp32's exact range."""

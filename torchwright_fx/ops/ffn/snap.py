@@ -18,7 +18,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ir.ranges import Interval, fp32_exact
 from torchwright_fx.ops.lanes import Bank
 from torchwright_fx.ops.numerics import FP32_UNIT, SNAP_LIMIT, SNAP_NOISE, SNAP_OFFSET
 
@@ -36,7 +36,7 @@ def snap_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -
         if r.step is None or not r.finite:
             return None
         coefficient = Fraction(c)
-        if (coefficient * r.step).denominator != 1:
+        if not fp32_exact(c) or (coefficient * r.step).denominator != 1:
             return None  # the term moves by a fraction of an integer
         shift = coefficient * r.offset  # the term's distance from the integers, fixed
         total += abs(float(shift - round(shift))) + abs(c) * r.noise

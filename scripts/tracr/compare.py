@@ -143,8 +143,9 @@ through a table (one or two MLP stages). The plan, per examples/rasp/README.md: 
 steps by token wherever the answer's alphabet differs from the input's; take gather's
 position square from the embedding instead of an MLP; key the printing table by the element
 index; and let `tw.select` take running counts as keys (sort_freq's two-round gather search,
-45 heads, becomes one selection): today keys decoded from positions or counts are refused,
-because their indicator columns are not bit-exact (docs/attention.md).
+45 heads, becomes one selection): keys decoded from positions or counts are now snapped onto
+their integers (docs/attention.md, "Snapping a near-integer"), so that rewrite is open; the
+examples have not been rewritten yet.
 """
 
 

@@ -100,3 +100,66 @@ def lin_value(lin, plan, residual: torch.Tensor) -> torch.Tensor:
     for sid, coef in lin.terms.items():
         value += coef * residual[:, plan.columns[sid]].double()
     return value
+
+
+class ShapeBuilder:
+    """Hand-built programs of FFN banks and heads over one embedding column, for the tests of
+    one stage whose result depends only on the graph's shape (schedule/, CP-SAT). Every FFN
+    gets ``lanes_per_ffn`` lanes of its own (unique gate constants) unless given ``lanes``."""
+
+    def __init__(self, d_head: int = 16, lanes_per_ffn: int = 4, run_dce: bool = True):
+        from torchwright_fx.ir.graph import Program
+        from torchwright_fx.ir.ranges import Interval
+        from torchwright_fx.vocab import Vocab
+
+        self.unit = Interval(0.0, 1.0)
+        self.d_head, self.lanes_per_ffn, self.run_dce = d_head, lanes_per_ffn, run_dce
+        self.prog = Program(Vocab("ab"), "swiglu")
+        (self.e,) = self.prog.embed((0.0, 0.0, 0.0, 1.0, 0.0), self.unit, "e", "").signals()
+        self._unique = 0
+
+    def lanes(self, reads, n: int):
+        """n lanes nobody else has (their gate constants are unique)."""
+        from torchwright_fx.ir.graph import Lane
+        from torchwright_fx.ir.linear import Lin, lin_sum
+
+        out = []
+        for _ in range(n):
+            self._unique += 1
+            out.append(Lane(lin_sum(Lin.of(s) for s in reads) + self._unique, Lin.constant(1.0)))
+        return out
+
+    def ffn(self, reads, n_lanes: int | None = None, n_out: int = 1, lanes=None) -> list[int]:
+        from torchwright_fx.ir.graph import FFN
+
+        if lanes is None:
+            lanes = self.lanes(reads, self.lanes_per_ffn if n_lanes is None else n_lanes)
+        pid = self.prog.next_producer_id()
+        outs = [self.prog.new_signal(pid, self.unit, f"f{pid}[{o}]", "") for o in range(n_out)]
+        self.prog.add(FFN(pid, lanes, {s: {i: 1.0 + o for i in range(len(lanes))}
+                                       for o, s in enumerate(outs)}, f"f{pid}", ""))
+        return outs
+
+    def head(self, reads) -> list[int]:
+        from torchwright_fx.ir.graph import Head
+        from torchwright_fx.ir.linear import Lin
+
+        pid = self.prog.next_producer_id()
+        outs = [self.prog.new_signal(pid, self.unit, f"h{pid}[{i}]", "")
+                for i in range(len(reads))]
+        q = [Lin.constant(0.0)] * self.d_head
+        self.prog.add(Head(pid, q, list(q), [Lin.of(s) for s in reads], outs, f"h{pid}", ""))
+        return outs
+
+    def finish(self, outputs):
+        """The program reading ``outputs``: through dead-code elimination, or (``run_dce``
+        False) with ``live`` set as dce would and the pass itself not run."""
+        from torchwright_fx.ir.linear import Lin, lin_sum
+        from torchwright_fx.passes.dce import eliminate_dead, live_signals
+
+        self.prog.output = lin_sum(Lin.of(s) for s in outputs)
+        if self.run_dce:
+            return eliminate_dead(self.prog)
+        self.prog.live = frozenset(live_signals(self.prog))
+        return self.prog
+

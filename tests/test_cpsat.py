@@ -8,56 +8,21 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import ShapeBuilder
 
 from torchwright_fx.emit.emitter import emit
-from torchwright_fx.ir.graph import FFN, Head, Lane, Program
-from torchwright_fx.ir.linear import Lin, lin_sum
+from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.schedule import columns, cpsat, heuristic
 from torchwright_fx.schedule.plan import Plan
-from torchwright_fx.vocab import Vocab
 
 D_HEAD = 16
 UNIT = Interval(0.0, 1.0)
 
 
-class Builder:
-    """Programs made of hand-built FFN banks and heads; only the graph shape matters here."""
-
-    def __init__(self) -> None:
-        self.prog = Program(Vocab("ab"), "swiglu")
-        (self.e,) = self.prog.embed((0.0, 0.0, 0.0, 1.0, 0.0), UNIT, "e", "").signals()
-        self._unique = 0
-
-    def lanes(self, reads: list[int], n: int) -> list[Lane]:
-        """n lanes nobody else has (their gate constants are unique)."""
-        out = []
-        for _ in range(n):
-            self._unique += 1
-            out.append(Lane(lin_sum(Lin.of(s) for s in reads) + self._unique, Lin.constant(1.0)))
-        return out
-
-    def ffn(self, reads: list[int], n_lanes: int = 4, n_out: int = 1,
-            lanes: list[Lane] | None = None) -> list[int]:
-        lanes = self.lanes(reads, n_lanes) if lanes is None else lanes
-        pid = self.prog.next_producer_id()
-        outs = [self.prog.new_signal(pid, UNIT, f"f{pid}[{o}]", "") for o in range(n_out)]
-        self.prog.add(FFN(pid, lanes, {s: {i: 1.0 + o for i in range(len(lanes))}
-                                       for o, s in enumerate(outs)}, f"f{pid}", ""))
-        return outs
-
-    def head(self, reads: list[int]) -> list[int]:
-        pid = self.prog.next_producer_id()
-        outs = [self.prog.new_signal(pid, UNIT, f"h{pid}[{i}]", "") for i in range(len(reads))]
-        q = [Lin.constant(0.0)] * D_HEAD
-        self.prog.add(Head(pid, q, list(q), [Lin.of(s) for s in reads], outs, f"h{pid}", ""))
-        return outs
-
-    def finish(self, outputs: list[int]) -> Program:
-        self.prog.output = lin_sum(Lin.of(s) for s in outputs)
-        return eliminate_dead(self.prog)
+def Builder() -> ShapeBuilder:  # noqa: N802  (reads as the class it makes)
+    return ShapeBuilder(d_head=D_HEAD, lanes_per_ffn=4)
 
 
 def chain(b: Builder, pairs: int) -> list[int]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest import ShapeBuilder
 
 from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.emit.rmsnorm import pin_count
-from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
-from torchwright_fx.ir.linear import Lin, lin_sum
+from torchwright_fx.ir.graph import EMBED, Head, Program
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.passes.dce import live_signals
 from torchwright_fx.schedule import bounds, columns, heuristic
 from torchwright_fx.schedule.plan import EMBED_STAGE, Plan, PlanError
 
@@ -26,33 +25,9 @@ UNIT = Interval(0.0, 1.0)
 D_HEAD = 8
 
 
-class Builder:
-    """Programs of FFNs and heads over one embedding column; only the graph shape matters."""
-
-    def __init__(self) -> None:
-        from torchwright_fx.vocab import Vocab
-
-        self.prog = Program(Vocab("ab"), "swiglu")
-        (self.e,) = self.prog.embed((0.0, 0.0, 0.0, 1.0, 0.0), UNIT, "e", "").signals()
-
-    def ffn(self, reads: list[int], n_out: int = 1) -> list[int]:
-        pid = self.prog.next_producer_id()
-        lane = Lane(lin_sum(Lin.of(s) for s in reads) + pid, Lin.constant(1.0))
-        outs = [self.prog.new_signal(pid, UNIT, f"f{pid}[{o}]", "") for o in range(n_out)]
-        self.prog.add(FFN(pid, [lane], {s: {0: 1.0} for s in outs}, f"f{pid}", ""))
-        return outs
-
-    def head(self, reads: list[int]) -> list[int]:
-        pid = self.prog.next_producer_id()
-        outs = [self.prog.new_signal(pid, UNIT, f"h{pid}[{i}]", "") for i in range(len(reads))]
-        q = [Lin.constant(0.0)] * D_HEAD
-        self.prog.add(Head(pid, q, list(q), [Lin.of(s) for s in reads], outs, f"h{pid}", ""))
-        return outs
-
-    def finish(self, outputs: list[int]) -> Program:
-        self.prog.output = lin_sum(Lin.of(s) for s in outputs)
-        self.prog.live = live_signals(self.prog)  # what dce sets; the pass itself is not run
-        return self.prog
+def Builder() -> ShapeBuilder:  # noqa: N802  (reads as the class it makes)
+    """One lane per FFN; ``live`` set as dce would, the pass itself not run."""
+    return ShapeBuilder(d_head=D_HEAD, lanes_per_ffn=1, run_dce=False)
 
 
 def diamond() -> Program:

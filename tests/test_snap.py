@@ -84,6 +84,36 @@ def test_snap_holds_the_integer_bit_for_bit(machine: str, form: str) -> None:
         assert float(got[t]) == round(exact), (form, t, float(got[t]), exact)
 
 
+HALF = tuple(v + 0.5 if i >= 3 else 0.5 for i, v in enumerate(NEAR))  # stored around n + 1/2
+
+
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+def test_terms_off_the_integers_are_copied_then_snapped(machine: str) -> None:
+    """x = h - 0.5 with h stored around n + 1/2: one dot product's partial sums could round at
+    a half, so snap_error refuses it; copy (one sublayer) then snap gives n bit for bit."""
+    prog = Program(VOCAB, machine)  # type: ignore[arg-type]
+    h = prog.embed(HALF, Interval(-5.5, 4096.5, step=1, offset=0.5, noise=NOISE), "h", "t")
+    x = h - 0.5
+    rng = Interval(-6.0, 4096.0, True, noise=NOISE)
+
+    def of(s: int) -> Interval:
+        return prog.signals[s].range
+
+    assert ffn.snap_error(x, rng, of) > SNAP_NOISE
+    error = ffn.copy_error(x, rng, of)
+    assert error is not None and error <= SNAP_NOISE
+    first = Bank(machine, 1)  # type: ignore[arg-type]
+    ffn.copy(first, 0, x, rng)
+    (y,) = first.finish(prog, [rng.with_noise(error)], "copy", "test")
+    assert ffn.snap_error(y, rng.with_noise(error), of) <= SNAP_NOISE
+    second = Bank(machine, 1)  # type: ignore[arg-type]
+    ffn.snap(second, 0, y)
+    (out,) = second.finish(prog, [Interval(-6.0, 4096.0, True)], "snapped", "test")
+    prog.output = out
+    got = _run(prog, out)
+    assert [float(v) for v in got] == [float(round(v - 0.5)) for v in HALF]
+
+
 def test_snap_error_refuses_what_rounding_cannot_fix() -> None:
     prog, _, _ = _program("swiglu", FORMS["a"])
     a, b = sorted(prog.embed_tables)
@@ -212,3 +242,33 @@ def test_remainder_of_a_long_count_is_rounded_onto_its_lattice_first() -> None:
     for length in (4093, 3000, 12):
         s = "".join(rng.choice("aab") for _ in range(length)) + "|"
         assert program.reference(s) == program.generate(s) == _since_mod_7_oracle(s)
+
+
+# -- gather by the digits of positions ------------------------------------------------------------
+B = 16
+
+
+def echo(x):
+    """After '|', the input again from its start: the position to copy is matched digit by
+    digit in base 16 (three & parts of one selection head), which reaches 4096 positions
+    where tw.gather's quadratic logits stop at 661."""
+    p = tw.position(x)
+    at = tw.steps_since(tw.is_token(x, "|")) + 1
+    bar = tw.latch(p, tw.is_token(x, "|"))
+    sel = (tw.select(torch.floor(p / (B * B)), torch.floor(at / (B * B)), "==")
+           & tw.select(torch.floor(p / B) % B, torch.floor(at / B) % B, "==")
+           & tw.select(p % B, at % B, "=="))
+    v = tw.select_latest(sel, tw.code(x), default="<eos>")
+    return torch.where(at < bar - 0.5, v, tw.token("<eos>"))
+
+
+def test_select_on_position_digits_copies_beyond_gathers_reach() -> None:
+    program = tw.compile(echo, vocab=V, max_seq_len=1024, d_head=64)
+    rng = random.Random(3)
+    for length in (5, 510):
+        s = "".join(rng.choice("abcd") for _ in range(length)) + "|"
+        ids = V.encode(s)
+        want = program.reference_ids(ids, 64)
+        assert V.decode(want) == s[:len(want)]
+        logits = runtime.forward(program.weights, ids + want)[0]
+        assert logits[len(ids) - 1:len(ids) - 1 + len(want)].argmax(-1).tolist() == want

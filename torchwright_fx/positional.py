@@ -221,8 +221,12 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
                         f"{ctx.prog.machine} machine's product tables), more than its attention "
                         "margin allows", "lower max_seq_len" + (
                             ", or compile with machine='swiglu'" if ctx.prog.machine == "relu"
-                            else " (the logits grow with its square), or read a fixed distance "
-                            "back with tw.shift"))
+                            else " (the logits grow with its square), read a fixed distance "
+                            "back with tw.shift, or match the position digit by digit with "
+                            "tw.select: tw.select_latest(tw.select(p % 16, at % 16, '==') & "
+                            "tw.select(p // 16 % 16, at // 16 % 16, '==') & tw.select(p // 256, "
+                            "at // 256, '=='), v) with p = tw.position(x) reaches 4096 "
+                            "positions at d_head=64 (tests/test_snap.py)"))
     # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
     terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
     ranges = _moved(ctx, v.ranges)

@@ -57,7 +57,8 @@ def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
 
 def snapped(ctx: LowerCtx, x: Lin, rng: Interval) -> tuple[Lin, Interval] | None:
     """``x``, noisy but on a lattice in exact arithmetic, rounded onto its lattice point bit
-    for bit (ops/ffn/snap.py: one MLP sublayer, two lanes); None when it cannot be certified.
+    for bit (ops/ffn/snap.py: one MLP sublayer, two lanes; two sublayers when x's terms sit off
+    the integers and x is copied into one column first); None when it cannot be certified.
     The lattice's index ``(x - offset) / spacing`` is the integer that is snapped."""
     g = grid(ctx, x, rng)
     if g is None or not rng.finite:
@@ -67,9 +68,20 @@ def snapped(ctx: LowerCtx, x: Lin, rng: Interval) -> tuple[Lin, Interval] | None
     index_rng = Interval(float((Fraction(rng.lo) - g.offset) / g.spacing),
                          float((Fraction(rng.hi) - g.offset) / g.spacing), True,
                          noise=rng.noise / spacing)
-    error = ffn.snap_error(index, index_rng, lambda sid: ctx.prog.signals[sid].range)
+
+    def signal_range(sid: int) -> Interval:
+        return ctx.prog.signals[sid].range
+
+    error = ffn.snap_error(index, index_rng, signal_range)
     if error is None or error > SNAP_NOISE:
-        return None
+        error = ffn.copy_error(index, index_rng, signal_range)
+        if error is None or error > SNAP_NOISE:
+            return None
+        bank = ctx.bank(1)
+        ffn.copy(bank, 0, index, index_rng)
+        copied = index_rng.with_noise(error)
+        (index,) = bank.finish(ctx.prog, [copied], f"{ctx.name}.copy", ctx.source)
+        index_rng = copied
     bank = ctx.bank(1)
     ffn.snap(bank, 0, index)
     (col,) = bank.finish(ctx.prog, [ffn.snapped_range(index_rng)], f"{ctx.name}.exact",

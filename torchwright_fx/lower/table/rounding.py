@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -48,12 +49,18 @@ def _round_range(kind: str, r: Interval) -> Interval:
 
 
 def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
-    """floor / ceil / round / trunc of every column (``_rounded``). A noisy input on a lattice
-    (a decoded position or count, far along a long context) can leave the staircase's result
-    too noisy for the exact steps after it, or be refused: it is then rounded onto its lattice
-    first (one MLP sublayer, ``table.snapped``) and the staircase runs on exact values."""
+    """floor / ceil / round / trunc of every column (``_rounded``), on exact inputs if need be
+    (``_on_exact_inputs``)."""
+    return _on_exact_inputs(ctx, x, lambda s: _rounded(ctx, s, kind))
+
+
+def _on_exact_inputs(ctx: LowerCtx, x: Stream, compute: Callable[[Stream], Stream]) -> Stream:
+    """``compute(x)``, unless a noisy input on a lattice (a decoded position or count, far
+    along a long context) leaves its result too noisy for the exact steps after it, or gets
+    it refused: then the inputs are rounded onto their lattices first (``table.snapped``, one
+    or two MLP sublayers) and ``compute`` runs on exact values."""
     try:
-        out: Stream | None = _rounded(ctx, x, kind)
+        out: Stream | None = compute(x)
         error: CompileError | None = None
     except CompileError as e:
         out, error = None, e
@@ -68,7 +75,7 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
         return out
     cols = [e[0] if e else c for e, c in zip(exact, x.cols, strict=True)]
     ranges = [e[1] if e else r for e, r in zip(exact, x.ranges, strict=True)]
-    return _rounded(ctx, Stream(cols, ranges, x.is_bool), kind)
+    return compute(Stream(cols, ranges, x.is_bool))
 
 
 def _rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
@@ -188,7 +195,11 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
     ms = const_vector(m, x.width)
     if any(k == 0 for k in ms):
         raise ctx.error("modulus 0")
-    quotient = rounded(ctx, _divided(x, ms), kind)
+    return _on_exact_inputs(ctx, x, lambda s: _remainder_of(ctx, s, ms, kind))
+
+
+def _remainder_of(ctx: LowerCtx, x: Stream, ms: list[float], kind: str) -> Stream:
+    quotient = _rounded(ctx, _divided(x, ms), kind)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
               .with_rounding(r.derived() if Interval.point(k).rounding == EXACT else INEXACT)

@@ -86,7 +86,13 @@ from torchwright_fx.ops.ffn.pwl import (  # noqa: F401
     linear,
     magnitude,
 )
-from torchwright_fx.ops.ffn.snap import snap, snap_error, snapped_range  # noqa: F401
+from torchwright_fx.ops.ffn.snap import (  # noqa: F401
+    copy,
+    copy_error,
+    snap,
+    snap_error,
+    snapped_range,
+)
 from torchwright_fx.ops.ffn.steps import (  # noqa: F401
     ROUNDERS,
     NotExact,

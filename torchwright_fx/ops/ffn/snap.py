@@ -14,13 +14,20 @@ exact and so is their difference (Sterbenz), so the column holds n bit for bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval, fp32_exact
 from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import FP32_UNIT, SNAP_LIMIT, SNAP_NOISE, SNAP_OFFSET
+from torchwright_fx.ops.numerics import (
+    FP32_UNIT,
+    SILU_SCALE,
+    SNAP_LIMIT,
+    SNAP_NOISE,
+    SNAP_OFFSET,
+)
 
 
 def snap_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> float | None:
@@ -56,9 +63,42 @@ def snap(bank: Bank, out: int, x: Lin) -> None:
     bank.hinge(out, Lin.constant(1.0), -SNAP_OFFSET)  # exactly 1.0 times -SNAP_OFFSET
 
 
+def copy_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> float | None:
+    """How far ``copy`` of x may be from x's exact (whole) value: the terms' noise and the
+    fp32 rounding of one dot product; None when x is not a whole number or too large. A form
+    whose terms sit off the integers (a staircase stored around a half-integer constant) cannot
+    be snapped in one dot product, whose partial sums could round at a half; its copy can."""
+    if not (rng.integral and rng.finite and rng.magnitude < SNAP_LIMIT):
+        return None
+    reach = abs(x.const)
+    for sid, c in x.terms.items():
+        r = signal_range(sid)
+        if not r.finite or not fp32_exact(c):
+            return None
+        reach += abs(c) * r.magnitude
+    # x's own noise (its terms' errors, as the facts bound them together), then one dot
+    # product of n products and a constant: at most (n + 1) roundings of the sum of their
+    # magnitudes, plus the constant's fp32 weight. ReLU's gate also holds its shift
+    # M <= 2 max|x| (counted for both machines), and the down sum (x + M) - M rounds once more.
+    shift = 2 * rng.magnitude
+    rounding = (len(x.terms) + 2) * FP32_UNIT * (reach + shift) + FP32_UNIT * (3 * rng.magnitude)
+    return rng.noise + rounding
+
+
+def copy(bank: Bank, out: int, x: Lin, rng: Interval) -> None:
+    """x's value computed once into output ``out`` (``copy_error`` bounds it). SwiGLU: a lane
+    SiLU(S) * x / S with SiLU(S) = S exactly; ReLU: relu(x + M) - M with x + M >= 0."""
+    if bank.machine == "swiglu":
+        bank.lane(out, Lin.constant(SILU_SCALE), x * (1.0 / SILU_SCALE))
+    else:
+        shift = 2.0 ** math.ceil(math.log2(max(rng.magnitude, 1.0)))
+        bank.lane(out, x + shift, Lin.constant(1.0))
+        bank.hinge(out, Lin.constant(1.0), -shift)
+
+
 def snapped_range(rng: Interval) -> Interval:
     """The facts of a snapped value: the same integers, no noise, no rounding."""
     return Interval(rng.lo, rng.hi, True)
 
 
-__all__ = ["SNAP_NOISE", "snap", "snap_error", "snapped_range"]
+__all__ = ["SNAP_NOISE", "copy", "copy_error", "snap", "snap_error", "snapped_range"]

@@ -282,3 +282,20 @@ def test_ramps_stay_between_their_ends(results):
     (got,) = run_probes([Probe(lambda a: (a > 0.5).float(), [pts], [C8])], machine)
     assert torch.all(got >= -1e-6) and torch.all(got <= 1 + 1e-6)
     assert math.isclose(float(got[-1]), 1.0, abs_tol=1e-6)
+
+
+def test_lookup_over_a_wide_key_range_costs_the_table_not_the_range():
+    """A 3-entry table on keys in [-30000, 10**5]: a few steps' lanes, not 130,000 (the old
+    4096-entry cap refused it), right on every token."""
+    vocab = tw.Vocab("0123456789")
+
+    def program(x):
+        key = (tw.code(x) - tw.token("0")) * 10_000
+        return tw.lookup(key, {0: "7", 30_000: "1", 90_000: "4"}, default="0")
+
+    compiled = tw.compile(program, vocab=vocab, max_seq_len=4)
+    assert compiled.stats()["lanes_per_layer"] <= 16, compiled.summary()
+    for d in "0123456789":
+        want = {"0": "7", "3": "1", "9": "4"}.get(d, "0")
+        got = compiled.generate(d)  # each printed digit is looked up in turn
+        assert got == compiled.reference(d) and got[0] == want, (d, got)

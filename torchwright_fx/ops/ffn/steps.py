@@ -280,17 +280,18 @@ def lookup_function(key: Interval, table: dict[int, float], default: float) -> P
         raise RangeError("lookup needs an integer-valued key stream")
     _need_finite(key, "lookup")
     lo, hi = math.ceil(key.lo), math.floor(key.hi)
-    if hi - lo > 4096:
-        raise RangeError(f"lookup key range [{lo}, {hi}] is too wide (over 4096 entries)")
     check_resolution(key, Grid(Fraction(1), Fraction(0)), "lookup")
     return lookup_pwl(lo, hi, table, default)
 
 
 def lookup_pwl(lo: int, hi: int, table: dict[int, float], default: float) -> Pwl:
+    """The staircase of ``table.get(k, default)`` on the integers of [lo, hi]: a step where
+    the value changes, which is only at a table key k or at k + 1, so its cost is the table's
+    size, not the key range's."""
     prev = table.get(lo, default)
     steps = []
-    for key in range(lo + 1, hi + 1):
-        value = table.get(key, default)
+    for key in sorted({k for entry in table for k in (entry, entry + 1) if lo < k <= hi}):
+        value = table.get(key, default)  # prev is the value at key - 1 (see the docstring)
         if value != prev:
             steps.append(Step(key, False, value - prev))
         prev = value

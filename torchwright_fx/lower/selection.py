@@ -219,8 +219,11 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     if len(points) > MAX_SELECT_VALUES:
         raise ctx.error(f"select's {what} take {len(points)} values, more than the "
                         f"{MAX_SELECT_VALUES} a selection head encodes",
-                        "narrow the range with tw.claim or torch.clamp; to move values by "
-                        "position use tw.shift or tw.gather")
+                        "narrow the range with tw.claim or torch.clamp; to match many whole "
+                        "numbers with ==, match their digits in one selection: "
+                        "tw.select(k % 16, q % 16, '==') & tw.select(k // 16 % 16, q // 16 % 16, "
+                        "'==') & tw.select(k // 256, q // 256, '==') (up to 4096 values at "
+                        "d_head=64); to move values by position use tw.shift or tw.gather")
     # the predicate sees each value as the reference does: the exact point rounded once to
     # fp32 (0.4 is 0.4000000059604645 there), so `lambda k, q: k == 0.4` decides alike
     seen = tuple(float(np.float32(p)) for p in points)

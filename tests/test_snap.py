@@ -278,3 +278,43 @@ def test_select_on_position_digits_copies_beyond_gathers_reach() -> None:
         assert V.decode(want) == s[:len(want)]
         logits = runtime.forward(program.weights, ids + want)[0]
         assert logits[len(ids) - 1:len(ids) - 1 + len(want)].argmax(-1).tolist() == want
+
+
+def echo_eq(x):
+    """The same copy written plainly: tw.select(p, at, "==") on more values than one side
+    encodes (256) is matched digit by digit by the compiler."""
+    p = tw.position(x)
+    at = torch.clamp(tw.steps_since(tw.is_token(x, "|")) + 1, 0, 511)
+    bar = tw.latch(p, tw.is_token(x, "|"))
+    v = tw.select_latest(tw.select(p, at, "=="), tw.code(x), default="<eos>")
+    return torch.where(at < bar - 0.5, v, tw.token("<eos>"))
+
+
+def _copies(program, lengths) -> None:
+    rng = random.Random(4)
+    for length in lengths:
+        s = "".join(rng.choice("abcd") for _ in range(length)) + "|"
+        ids = V.encode(s)
+        want = program.reference_ids(ids, 48)
+        assert V.decode(want) == s[:len(want)]
+        logits = runtime.forward(program.weights, ids + want)[0]
+        assert logits[len(ids) - 1:len(ids) - 1 + len(want)].argmax(-1).tolist() == want
+
+
+@pytest.mark.parametrize("machine", ["swiglu", "relu"])
+def test_equality_on_many_positions_is_matched_by_digits(machine: str) -> None:
+    """512 positions: three base-8 digits, 27 content dims, inside d_head 32."""
+    program = tw.compile(echo_eq, vocab=V, max_seq_len=512, machine=machine)
+    assert program.stats()["d_head"] == 32
+    _copies(program, (3, 254))
+
+
+def test_equality_on_more_positions_names_the_head_size_that_fits() -> None:
+    def wide(x):  # 1024 positions: base 16, 51 dims
+        p = tw.position(x)
+        at = tw.steps_since(tw.is_token(x, "|")) + 1
+        return tw.select_latest(tw.select(p, at, "=="), tw.code(x), default="<eos>")
+
+    with pytest.raises(tw.CompileError, match="compile with d_head=64"):
+        tw.compile(wide, vocab=V, max_seq_len=1024).compile()
+    _copies(tw.compile(echo_eq, vocab=V, max_seq_len=1024, d_head=64), (500,))

@@ -107,6 +107,10 @@ def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Sel
     if predicate in ("true", "false"):
         return Leaf((), (), lambda kv, qv: predicate == "true", str(predicate))
     k, q = (v if isinstance(v, Stream) else to_stream(v, 1) for v in (keys, queries))
+    if predicate == "==":  # many whole numbers: matched digit by digit
+        digits = selection.digit_equality(ctx, k, q)
+        if digits is not None:
+            return digits
     return Leaf((selection.side(ctx, k, "keys", 0),), (selection.side(ctx, q, "queries", 1),),
                 lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate),
                 predicate if isinstance(predicate, str) else None)

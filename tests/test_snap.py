@@ -318,3 +318,34 @@ def test_equality_on_more_positions_names_the_head_size_that_fits() -> None:
     with pytest.raises(tw.CompileError, match="compile with d_head=64"):
         tw.compile(wide, vocab=V, max_seq_len=1024).compile()
     _copies(tw.compile(echo_eq, vocab=V, max_seq_len=1024, d_head=64), (500,))
+
+
+def echo_gather(x):
+    at = tw.steps_since(tw.is_token(x, "|")) + 1
+    bar = tw.latch(tw.position(x), tw.is_token(x, "|"))
+    return torch.where(at < bar - 0.5, tw.gather(tw.code(x), at), tw.token("<eos>"))
+
+
+def test_gather_beyond_its_square_matches_digits() -> None:
+    """tw.gather past the square's certified length (661) falls back to a digit-by-digit
+    selection of the position, clamped to [0, i] like the square; at d_head 32 it names the
+    head size that fits."""
+    with pytest.raises(tw.CompileError, match="compile with d_head=64"):
+        tw.compile(echo_gather, vocab=V, max_seq_len=1024).compile()
+    program = tw.compile(echo_gather, vocab=V, max_seq_len=1024, d_head=64)
+    _copies(program, (4, 510))
+
+    def clamped(x):  # positions ahead of i read i, at or below 0 read <bos>
+        at = tw.lookup(x, {"a": -3, "b": 0, "c": 700, "d": 2})
+        return tw.gather(tw.lookup(x, {"a": "b", "b": "c", "c": "d", "d": "a"}), at)
+
+    program = tw.compile(clamped, vocab=V, max_seq_len=1024, d_head=64, output="value")
+    ids = V.encode("dacbdcab")
+    assert any(p.name.endswith(".exact") for p in program.build.program.producers.values())
+    want = program.traced.run(ids)  # the eager semantics, read against the residual stream
+    assert torch.equal(_output_values(program, ids), want.reshape(-1).double())
+
+
+def _output_values(program, ids) -> torch.Tensor:
+    _, states = runtime.forward(program.weights, ids, capture=True)
+    return lin_value(program.build.program.output, program.build.plan, states[-1])

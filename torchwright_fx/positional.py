@@ -5,13 +5,17 @@ that its noise cannot flip a choice (docs/attention.md)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.fx
 
+from torchwright_fx.capture.errors import CompileError
 from torchwright_fx.capture.registry import intrinsic
 from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
+from torchwright_fx.lower import digits, selection, table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops import attention, ffn, numerics
@@ -191,17 +195,35 @@ def _arg_extreme(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | Non
 
 
 def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
+    """One head scoring ``-gain * (p_j - at_i)^2`` (``_by_square``); where fp32 cannot certify
+    that (long contexts, ReLU's product tables), a selection matching the position digit by
+    digit (``_by_digits``), which needs a larger d_head."""
     if at.width != 1 or not at.ranges[0].integral:
         raise ctx.error("gather's position must be an integer-valued stream of width 1")
+    problem = _square_problem(ctx, at)
+    if problem is None:
+        return _by_square(ctx, v, at)
+    try:
+        by_digits = _by_digits(ctx, v, at)
+    except CompileError as e:
+        advice = str(e).splitlines()[-1].strip()
+        raise ctx.error(f"{problem}; matching the position digit by digit instead: "
+                        f"{str(e).splitlines()[1].split('): ', 1)[-1]}", advice) from None
+    if by_digits is None:
+        raise ctx.error(problem, "lower max_seq_len, or read a fixed distance back with "
+                                 "tw.shift")
+    return by_digits
+
+
+def _square_problem(ctx: LowerCtx, at: Stream) -> str | None:
+    """Why the square's head cannot be certified (None: it can)."""
     from torchwright_fx.ops.position import POSITION_TOLERANCE
 
     budget = POSITION_TOLERANCE - _position_range(ctx).noise
     if at.ranges[0].noise > budget:
-        raise ctx.error(f"gather's position may be off by {at.ranges[0].noise:.3g} in the "
-                        f"compiled model, over the {budget:.3g} its attention margin allows",
-                        "round it first (torch.round)")
-    pos = _position_lin(ctx)
-    square = _square_of_position(ctx, pos)
+        return (f"gather's position may be off by {at.ranges[0].noise:.3g} in the compiled "
+                f"model, over the {budget:.3g} its attention margin allows")
+    _square_of_position(ctx, _position_lin(ctx))
     # logit_j = -gain * (p_j - t_i)^2 up to terms of i alone, on positions centred at c.
     # With |p_j - j| <= POSITION_TOLERANCE the target leads its neighbours by
     # gain * (1 - 2 * POSITION_TOLERANCE): AMPLITUDE_HEADROOM times the attention margin, so a
@@ -209,29 +231,64 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     # lead by up to 2 gain e, the fp32 rounding of the two logits by twice logit_rounding:
     # together they must stay within that third.
     square_noise = ctx.prog.shared.position_squared_error
-    gain = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+    gain = _square_gain()
     c = _centre(ctx.geom.max_seq_len)
     top = float(max(c, ctx.geom.max_seq_len - 1 - c))  # the largest |centred position|
     rounding = attention.logit_rounding([2 * gain * top * top, gain * top * top])
     budget = gain * (1 - 2 * POSITION_TOLERANCE) - numerics.ATTENTION_MARGIN
     if 2 * gain * square_noise + 2 * rounding > budget:
-        raise ctx.error(f"gather at max_seq_len={ctx.geom.max_seq_len}: its logits (up to "
-                        f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and "
-                        f"the position squared be off by {square_noise:.3g} (the "
-                        f"{ctx.prog.machine} machine's product tables), more than its attention "
-                        "margin allows", "lower max_seq_len" + (
-                            ", or compile with machine='swiglu'" if ctx.prog.machine == "relu"
-                            else " (the logits grow with its square), read a fixed distance "
-                            "back with tw.shift, or match the position digit by digit with "
-                            "tw.select: tw.select_latest(tw.select(p % 16, at % 16, '==') & "
-                            "tw.select(p // 16 % 16, at // 16 % 16, '==') & tw.select(p // 256, "
-                            "at // 256, '=='), v) with p = tw.position(x) reaches 4096 "
-                            "positions at d_head=64 (tests/test_snap.py)"))
+        return (f"gather at max_seq_len={ctx.geom.max_seq_len}: its logits (up to "
+                f"{3 * gain * top * top:.3g}) may round by {rounding:.3g} in fp32 and the "
+                f"position squared be off by {square_noise:.3g} (the {ctx.prog.machine} "
+                "machine's product tables), more than its attention margin allows")
+    return None
+
+
+def _square_gain() -> float:
+    from torchwright_fx.ops.position import POSITION_TOLERANCE
+
+    return numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN / (1 - 2 * POSITION_TOLERANCE)
+
+
+def _by_square(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
+    pos = _position_lin(ctx)
+    square = _square_of_position(ctx, pos)
+    gain, c = _square_gain(), _centre(ctx.geom.max_seq_len)
     # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
     terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
     ranges = _moved(ctx, v.ranges)
     cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, ranges, terms, ctx.name,
                                   ctx.source)
+    return Stream(cols, ranges, v.is_bool)
+
+
+def _by_digits(ctx: LowerCtx, v: Stream, at: Stream) -> Stream | None:
+    """v at key j with p_j == clamp(at_i, 0, p_i), matched digit by digit on the exact
+    (snapped) positions (``digits.digit_equality``); at 0 nothing matches and the head reads
+    the <bos> row, v's own: gather's clamp to [0, i]."""
+    p = Stream([_position_lin(ctx)], [_position_range(ctx)])
+    # clamp(at, 0, p) = relu(at) - relu(at - p), both lanes in one bank
+    a, a_rng = at.cols[0], at.ranges[0]
+    over, over_rng = a - p.cols[0], a_rng - p.ranges[0]
+    relus = table.pwl_stream(ctx, [a, over], [a_rng, over_rng], [ffn.relu_pwl()] * 2,
+                             [r.clamp(0.0, math.inf).with_noise(0.0) for r in (a_rng, over_rng)])
+    loose = relus.ranges[0] - relus.ranges[1]  # the facts lose the clamp's correlation
+    clamped = Interval(max(loose.lo, 0.0), min(loose.hi, p.ranges[0].hi), True,
+                       noise=loose.noise)
+    target = Stream([relus.cols[0] - relus.cols[1]], [clamped])
+    sel = digits.digit_equality(ctx, p, target, 0.0, 0.0)
+    if sel is None:
+        return None
+    feats = selection.content(ctx, sel, "select_latest")
+    assert feats is not None
+    try:
+        attention.check_margins(ctx.geom, 0, with_validity=len(feats))
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    gain = ctx.geom.validity
+    q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, "gather")
+    ranges = _moved(ctx, v.ranges)
+    cols = attention._heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 

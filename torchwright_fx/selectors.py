@@ -53,7 +53,7 @@ from torchwright_fx.intrinsics import (
 )
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import selection
+from torchwright_fx.lower import digits, selection
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.lower.stream import Stream, to_stream
@@ -108,9 +108,10 @@ def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Sel
         return Leaf((), (), lambda kv, qv: predicate == "true", str(predicate))
     k, q = (v if isinstance(v, Stream) else to_stream(v, 1) for v in (keys, queries))
     if predicate == "==":  # many whole numbers: matched digit by digit
-        digits = selection.digit_equality(ctx, k, q)
-        if digits is not None:
-            return digits
+        by_digits = digits.digit_equality(ctx, k, q, selection.value_at_bos(ctx, 0, "keys"),
+                                          selection.value_at_bos(ctx, 1, "queries"))
+        if by_digits is not None:
+            return by_digits
     return Leaf((selection.side(ctx, k, "keys", 0),), (selection.side(ctx, q, "queries", 1),),
                 lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate),
                 predicate if isinstance(predicate, str) else None)

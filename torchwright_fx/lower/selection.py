@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -37,7 +36,7 @@ def bos_indicator(ctx: LowerCtx) -> Lin:
     return ctx.bos_indicator()
 
 
-def _value_at_bos(ctx: LowerCtx, arg_index: int, what: str) -> float:
+def value_at_bos(ctx: LowerCtx, arg_index: int, what: str) -> float:
     row = ctx.bos_row(arg_index)
     if row is not None:
         return float(row.reshape(-1)[0])
@@ -199,11 +198,11 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
     if s.width != 1:
         raise ctx.error(f"select's {what} must be one column (or the token stream x itself), "
                         f"got width {s.width}", "select on tw.code(...) of a moved token stream")
-    return stream_side(ctx, s.cols[0], s.ranges[0], _value_at_bos(ctx, arg_index, what), label,
+    return stream_side(ctx, s.cols[0], s.ranges[0], value_at_bos(ctx, arg_index, what), label,
                        what)
 
 
-def _exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin, Interval]:
+def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin, Interval]:
     """A key or query column as the selection needs it: finite, reached by the reference
     with at most one rounding, and bit-exact (a noisy one is snapped onto its lattice)."""
     if not rng.finite:
@@ -222,7 +221,7 @@ def _exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Li
 def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: str, what: str
                 ) -> Side:
     """The Side of one column (``side`` for an argument; ``digit_equality`` for a digit)."""
-    col, rng = _exact_column(ctx, col, rng, what)
+    col, rng = exact_column(ctx, col, rng, what)
     grid = table.grid(ctx, col, rng)
     if grid is None:
         raise ctx.error(f"select's {what} must take finitely many values (integers, token codes "
@@ -241,72 +240,6 @@ def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: st
     # fp32 (0.4 is 0.4000000059604645 there), so `lambda k, q: k == 0.4` decides alike
     seen = tuple(float(np.float32(p)) for p in points)
     return Side(seen, at_bos, label, tuple(points), col, rng, grid)
-
-
-# (parts, base) for == on many whole numbers, fewest dims first: base a power of two, so that
-# the digits floor(u / base**j) are exact staircases; parts at most MAX_SELECT_PARTS
-DIGIT_LAYOUTS = sorted(((m, b) for m in (2, 3) for b in (8, 16, 32, 64)), key=lambda mb: (
-    mb[0] * mb[1], mb[0]))
-
-
-def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream) -> Selector | None:
-    """``keys == queries`` on more whole numbers than one side encodes (MAX_SELECT_VALUES), as
-    the AND of equalities of their base-2**k digits: u = v - lo is split into ``parts`` digits
-    with floor staircases on the exact (snapped) values, each digit one factor of ``base``
-    dims. None when this does not apply (the plain selection then decides or refuses)."""
-    if keys.width != 1 or queries.width != 1:
-        return None
-    ranges = (keys.ranges[0], queries.ranges[0])
-    if not all(r.finite and r.integral for r in ranges):
-        return None
-    lo = min(r.lo for r in ranges)
-    n = int(max(r.hi for r in ranges) - lo) + 1
-    if n <= MAX_SELECT_VALUES:
-        return None
-    fits = [(m, b) for m, b in DIGIT_LAYOUTS
-            if b ** m >= n and m * b + m <= ctx.geom.tail]  # + m: the readers' <bos> dims
-    if not fits:
-        need = min((m * b + m for m, b in DIGIT_LAYOUTS if b ** m >= n), default=None)
-        if need is None:
-            return None
-        d_head = 1 << (need + ctx.geom.rotary - 1).bit_length()
-        raise ctx.error(f"select == on {n} whole numbers is matched digit by digit, which "
-                        f"needs {need} content dims in one head, more than the "
-                        f"{ctx.geom.tail} of d_head={ctx.geom.d_head}",
-                        f"compile with d_head={d_head}, or narrow the values' range")
-    parts, base = fits[0]
-    sides = []
-    for s, what in ((keys, "keys"), (queries, "queries")):
-        col, rng = _exact_column(ctx, s.cols[0], s.ranges[0], what)
-        if rng.noise > 0:
-            return None
-        sides.append((col, rng))
-    digits: list[list[tuple[Lin, Interval, float]]] = []
-    for (col, rng), at_bos in zip(sides, (_value_at_bos(ctx, 0, "keys"),
-                                          _value_at_bos(ctx, 1, "queries")), strict=True):
-        u, top = col - lo, int(rng.hi - lo)
-        floors = [u]  # floor(u / base**j), exact: u is a whole number and base a power of 2
-        for j in range(1, parts):
-            scaled = Stream([u * (1.0 / base ** j)],
-                            [Interval(float(rng.lo - lo) / base ** j, top / base ** j,
-                                      step=Fraction(1, base ** j))])
-            floors.append(table.rounded(ctx, scaled, "floor").cols[0])
-        b = int(at_bos - lo)
-        side_digits = []
-        for j in range(parts):
-            high = top // base ** j
-            d = floors[j] - floors[j + 1] * float(base) if j + 1 < parts else floors[j]
-            side_digits.append((d, Interval(0, min(base - 1, high), True),
-                                float(b // base ** j % base if j + 1 < parts else b // base ** j)))
-        digits.append(side_digits)
-    selector: Selector | None = None
-    for j in range(parts):
-        (kd, kr, kb), (qd, qr, qb) = digits[0][j], digits[1][j]
-        leaf = Leaf((stream_side(ctx, kd, kr, kb, f"keys digit {j}", "keys"),),
-                    (stream_side(ctx, qd, qr, qb, f"queries digit {j}", "queries"),),
-                    lambda kv, qv: kv[0] == qv[0], f"digit {j} ==", "==")
-        selector = leaf if selector is None else selector & leaf
-    return selector
 
 
 # -- features ------------------------------------------------------------------------------------

@@ -173,6 +173,9 @@ SELECT_FEATURE_NOISE = 2.0 ** -30
 # logits are sums of this many equal products G * 1, which fp32 adds to the same value in any
 # order only up to three terms (x + x is exact, x + 2x the only sum of three).
 MAX_SELECT_PARTS = 3
+# == on more values than one side encodes is matched by digits in these bases: powers of two,
+# so that the digits floor(v / base**j) are exact staircases of the exact value.
+DIGIT_BASES = (8, 16, 32, 64)
 
 # -- attention heads (ops/attention.py) ------------------------------------------------------------
 # The amplitude is sized for this multiple of the margin in exact arithmetic; the rest is

@@ -269,15 +269,7 @@ def echo(x):
 
 
 def test_select_on_position_digits_copies_beyond_gathers_reach() -> None:
-    program = tw.compile(echo, vocab=V, max_seq_len=1024, d_head=64)
-    rng = random.Random(3)
-    for length in (5, 510):
-        s = "".join(rng.choice("abcd") for _ in range(length)) + "|"
-        ids = V.encode(s)
-        want = program.reference_ids(ids, 64)
-        assert V.decode(want) == s[:len(want)]
-        logits = runtime.forward(program.weights, ids + want)[0]
-        assert logits[len(ids) - 1:len(ids) - 1 + len(want)].argmax(-1).tolist() == want
+    _copies(tw.compile(echo, vocab=V, max_seq_len=1024, d_head=64), (5, 510))
 
 
 def echo_eq(x):

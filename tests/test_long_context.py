@@ -126,3 +126,38 @@ def test_a_head_too_small_for_long_contexts_says_so():
     with pytest.raises(tw.CompileError, match=r"d_head=8: use a power of two >= 16 .*2048 needs "
                                               r"6 rotary dims"):
         tw.compile(prog, vocab=VOCAB, max_seq_len=4096, d_head=8).compile()
+
+
+SCORES = {str(k): [0, 200, 500, 200, 17, 500, 3, 7, 499, 200][k] for k in range(10)}
+
+
+def latest_low(x: torch.Tensor) -> torch.Tensor:
+    """After '=': the letter before the most recent digit of lowest score (scores 0..500)."""
+    score = tw.lookup(x, SCORES, default=500)
+    prev = tw.shift(tw.code(x), 1)  # tied positions differ in it: checks the recency
+    low = tw.argmin(score, prev, where=tw.is_token(x, list("123456789")))
+    return tw.emit(tw.is_token(x, "="), [tw.shift(low, 1)])
+
+
+def _latest_low_oracle(s: str) -> str:
+    body = s[:-1]
+    best = None
+    for i, c in enumerate(body):
+        if c in "123456789" and (best is None or SCORES[c] <= SCORES[body[best]]):
+            best = i
+    return body[best - 1] if best else ""
+
+
+def test_argmin_past_one_heads_span_takes_two_heads() -> None:
+    """A span of 500 at 2048 positions is beyond one head's tie-break (about 400 there): the
+    best score comes from a head that averages the tied keys (snapped to its integer), its
+    most recent position from a selection, both certified; right on long prompts. With
+    `where`, the selection's keys take 1002 values: digits of base 16, d_head 64."""
+    with pytest.raises(tw.CompileError, match="(?s)in two heads .* compile with d_head=64"):
+        tw.compile(latest_low, vocab=VOCAB, max_seq_len=2048).compile()
+    program = tw.compile(latest_low, vocab=VOCAB, max_seq_len=2048, d_head=64)
+    assert any(p.name.endswith(".best") for p in program.build.program.producers.values())
+    rng = random.Random(6)
+    for length in (3, 700, 2040):
+        s = "a5" + "".join(rng.choice("0123456789ab") for _ in range(length)) + "="
+        assert program.reference(s) == program.generate(s) == _latest_low_oracle(s), s[-20:]

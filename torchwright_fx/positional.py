@@ -144,15 +144,24 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
 
     budget = margin - numerics.ATTENTION_MARGIN
     if consumed(span) > budget:
+        problem = (f"argmax/argmin over a score spanning {span:g} at max_seq_len={n}: fp32 "
+                   f"cannot resolve the tie-break toward the most recent position in one head "
+                   f"(the logits reach {gain * span / 2 + tie * (n - 1):.3g} and may round by "
+                   f"more than the margin allows)")
         widest = 0
         while consumed(widest + 1) <= budget:
             widest += 1
-        raise ctx.error(
-            f"argmax/argmin over a score spanning {span:g} at max_seq_len={n}: fp32 cannot "
-            f"resolve the tie-break toward the most recent position (the logits reach "
-            f"{gain * span / 2 + tie * (n - 1):.3g} and may round by more than the margin "
-            f"allows)", f"narrow the score (torch.clamp or tw.claim): at this length a span "
-            f"of {widest} works" if widest else "lower max_seq_len")
+        narrow = (f"narrow the score (torch.clamp or tw.claim): at this length a span of "
+                  f"{widest} works in one head" if widest else "lower max_seq_len")
+        try:
+            two = _by_best_score(ctx, score, v, where, sign)
+        except CompileError as e:
+            raise ctx.error(f"{problem}; in two heads (the best score, then its most recent "
+                            f"position): {str(e).splitlines()[1].split('): ', 1)[-1]}",
+                            f"{str(e).splitlines()[-1].strip()}; or {narrow}") from None
+        if two is not None:
+            return two
+        raise ctx.error(problem, narrow)
     spread = gain * span + tie * (n - 1)
     key_terms = [(gain * sign, score.cols[0] - mid), (tie, _position_lin(ctx))]
     if where is not None:  # valid beats invalid; the <bos> fallback at half weight
@@ -160,6 +169,60 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
         key_terms.append((validity, _valid_with_fallback(ctx, where, 2, 0.5)))
     ranges = _moved(ctx, v.ranges)
     cols = attention.scored(ctx.prog, ctx.geom, v.cols, ranges, key_terms, ctx.name, ctx.source)
+    return Stream(cols, ranges, v.is_bool)
+
+
+def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None,
+                   sign: float) -> Stream | None:
+    """argmax in two heads, for contexts too long for one (its recency tie-break makes the
+    logits grow as span * max_seq_len): the best score so far M_i, from a head that averages
+    the tied best keys (no tie-break: logits gain * score, every worse key flushed to 0),
+    snapped to its exact integer; then the most recent valid j with score_j == M_i
+    (``select_latest``'s recency lobe), the <bos> row when there is none. None when M cannot
+    be snapped (the caller refuses)."""
+    rng = score.ranges[0]
+    margin = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
+    if rng.noise > 0.05:  # a tied best key's logit may trail by gain * 2 noise
+        return None
+    gain = margin / (1 - 2 * rng.noise)  # per unit of score: any worse key trails by margin
+    span, mid = rng.hi - rng.lo, (rng.lo + rng.hi) / 2
+    key_terms = [(gain * sign, score.cols[0] - mid)]
+    if where is not None:  # valid beats invalid; the <bos> fallback at half weight
+        key_terms.append((2.0 * gain * span + 2.0 * margin,
+                          _valid_with_fallback(ctx, where, 2, 0.5)))
+    best_rng = Interval(rng.lo, rng.hi, True,
+                        noise=rng.noise + numerics.mean_noise(ctx.geom.max_seq_len) *
+                        rng.magnitude)
+    (best,) = attention.scored(ctx.prog, ctx.geom, [score.cols[0]], [best_rng], key_terms,
+                               f"{ctx.name}.best", ctx.source)
+    exact = table.snapped(ctx, best, best_rng)
+    if exact is None:
+        return None
+    score_bos = _bos_value(ctx, 0, "score")
+    keys, key_bos = score.cols[0], score_bos
+    keys_rng = Interval(rng.lo, rng.hi, True, noise=rng.noise)
+    if where is not None:  # an invalid key takes a score no best can have
+        where_bos = _bos_value(ctx, 2, "where")
+        keys = keys + (1.0 - where.cols[0]) * (span + 1)
+        keys_rng = Interval(rng.lo, rng.hi + span + 1, True,
+                            noise=rng.noise + (span + 1) * where.ranges[0].noise)
+        key_bos = score_bos + (1.0 - where_bos) * (span + 1)
+    k, q = Stream([keys], [keys_rng]), Stream([exact[0]], [exact[1]])
+    sel = digits.digit_equality(ctx, k, q, key_bos, score_bos) or selection.Leaf(
+        (selection.stream_side(ctx, keys, keys_rng, key_bos, "scores", "keys"),),
+        (selection.stream_side(ctx, exact[0], exact[1], score_bos, "best score", "queries"),),
+        lambda kv, qv: kv[0] == qv[0], "score == best", "==")
+    feats = selection.content(ctx, sel, "select_latest")
+    assert feats is not None
+    try:
+        attention.check_margins(ctx.geom, 0, with_validity=len(feats))
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    q_dims, k_dims = selection.head_qk(ctx, feats, ctx.geom.validity,
+                                       [ctx.geom.validity] * len(feats), True, "argmax")
+    ranges = _moved(ctx, v.ranges)
+    cols = attention._heads(ctx.prog, ctx.geom, q_dims, k_dims, v.cols, ranges, ctx.name,
+                            ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 

@@ -212,17 +212,22 @@ def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None
         (selection.stream_side(ctx, keys, keys_rng, key_bos, "scores", "keys"),),
         (selection.stream_side(ctx, exact[0], exact[1], score_bos, "best score", "queries"),),
         lambda kv, qv: kv[0] == qv[0], "score == best", "==")
+    return _latest_match(ctx, sel, v, "argmax")
+
+
+def _latest_match(ctx: LowerCtx, sel: selection.Selector, v: Stream, what: str) -> Stream:
+    """v at the most recent key the selector selects (``select_latest``'s head), v's own
+    <bos> row when none: how gather and argmax finish on a selection."""
     feats = selection.content(ctx, sel, "select_latest")
     assert feats is not None
     try:
         attention.check_margins(ctx.geom, 0, with_validity=len(feats))
     except attention.GeometryError as e:
         raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
-    q_dims, k_dims = selection.head_qk(ctx, feats, ctx.geom.validity,
-                                       [ctx.geom.validity] * len(feats), True, "argmax")
+    gain = ctx.geom.validity
+    q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, what)
     ranges = _moved(ctx, v.ranges)
-    cols = attention._heads(ctx.prog, ctx.geom, q_dims, k_dims, v.cols, ranges, ctx.name,
-                            ctx.source)
+    cols = attention._heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 
@@ -340,19 +345,7 @@ def _by_digits(ctx: LowerCtx, v: Stream, at: Stream) -> Stream | None:
                        noise=loose.noise)
     target = Stream([relus.cols[0] - relus.cols[1]], [clamped])
     sel = digits.digit_equality(ctx, p, target, 0.0, 0.0)
-    if sel is None:
-        return None
-    feats = selection.content(ctx, sel, "select_latest")
-    assert feats is not None
-    try:
-        attention.check_margins(ctx.geom, 0, with_validity=len(feats))
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
-    gain = ctx.geom.validity
-    q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, "gather")
-    ranges = _moved(ctx, v.ranges)
-    cols = attention._heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
-    return Stream(cols, ranges, v.is_bool)
+    return None if sel is None else _latest_match(ctx, sel, v, "gather")
 
 
 def _centre(n: int) -> int:

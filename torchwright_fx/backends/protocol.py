@@ -1,4 +1,4 @@
-"""The two shapes every backend takes (docs/architecture.md, "Backends").
+"""The two shapes every backend takes (docs/architecture.md, "The user surface").
 
 - A **writer** turns the compiled weights into files: ``write(weights, vocab, path, ...)``
   returning the path it wrote (``hf.save_pretrained``, ``gguf.save_gguf``). The ONNX export
@@ -12,18 +12,8 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
-
-from torchwright_fx.emit.machine import Machine
-from torchwright_fx.vocab import Vocab
-
-
-class Writer(Protocol):
-    def __call__(self, weights: Machine, vocab: Vocab, path: str | os.PathLike,
-                 /) -> Path: ...
 
 
 class Runner(Protocol):

@@ -141,8 +141,7 @@ class Program:
             producers={pid: _copy_producer(p) for pid, p in self.producers.items()},
             approximations=list(self.approximations), nodes=dict(self.nodes),
             checks=list(self.checks),
-            shared=Shared(self.shared.position, self.shared.position_squared,
-                          self.shared.position_squared_error, dict(self.shared.indicators)),
+            shared=dataclasses.replace(self.shared, indicators=dict(self.shared.indicators)),
             _embed_index=dict(self._embed_index))
         fields.update(changes)
         return dataclasses.replace(self, **fields)

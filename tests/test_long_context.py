@@ -1,5 +1,6 @@
 """Long contexts (issue 18): shift, latch, steps_since and mean compiled at max_seq_len 16384
-and run through transformers on prompts of 16,000 tokens.
+and run through transformers on prompts of 16,000 tokens (the means compared exactly: they are
+built from counts, lower/counts.py).
 
 Beyond 2048 positions the heads carry 6 rotary dims (a fine plane sharpens a shift's peak),
 the recency lobe is phased so that its logits grow linearly in the length, and the position
@@ -26,12 +27,14 @@ def _digit(x: torch.Tensor) -> torch.Tensor:
 
 def long_lines(x: torch.Tensor) -> torch.Tensor:
     """At every position: (the digit two back + the digit before the latest '=' + whether the
-    latest newline is under 3 tokens back) mod 10, as a digit."""
+    latest newline is under 3 tokens back + whether the a's so far are at least as many as the
+    b's) mod 10, as a digit."""
     d = _digit(x)
     before = tw.shift(d, 2)
     at_eq = tw.latch(tw.shift(d, 1), tw.is_token(x, "="))
     fresh = (tw.steps_since(tw.is_token(x, "\n")) < 3).float()
-    return tw.token("0") + torch.remainder(before + at_eq + fresh, 10)
+    more_a = (tw.mean(tw.is_token(x, "a")) >= tw.mean(tw.is_token(x, "b"))).float()
+    return tw.token("0") + torch.remainder(before + at_eq + fresh + more_a, 10)
 
 
 def share_of_a(x: torch.Tensor) -> torch.Tensor:
@@ -54,7 +57,7 @@ def long_model(tmp_path_factory):
     return program, model
 
 
-def test_shift_latch_steps_since_are_right_on_16000_tokens_through_transformers(long_model):
+def test_shift_latch_steps_since_mean_are_right_on_16000_tokens_through_transformers(long_model):
     program, model = long_model
     stats = program.stats()
     assert stats["approximations"] == [] and stats["max_seq_len"] == LENGTH

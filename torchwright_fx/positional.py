@@ -15,7 +15,7 @@ from torchwright_fx.capture.registry import intrinsic
 from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import digits, selection, table
+from torchwright_fx.lower import counts, digits, selection, table
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops import attention, ffn, numerics
@@ -80,6 +80,17 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
 
 
+def _row_at_bos(ctx: LowerCtx, v: Stream) -> list[float]:
+    """v's values at <bos> (known at compile time)."""
+    row = ctx.bos_row(0, "v")
+    if row is not None:
+        vals = [float(x) for x in row.reshape(-1)]
+        return vals * v.width if len(vals) == 1 else vals
+    if all(not c.terms for c in v.cols):
+        return [float(c.const) for c in v.cols]
+    raise ctx.error("the value of `v` at <bos> is unknown")
+
+
 ALL_POSITIONS = -1  # the den_group of a mean without `where`: its count is position + 1
 
 
@@ -89,6 +100,11 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
     n = ctx.geom.max_seq_len
     group = ALL_POSITIONS if where is None else \
         hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
+    if counts.applies(ctx, v):  # long contexts: exact counts, not one rounded sum per row
+        w_row = None if where is None else ctx.bos_row(1, "where")
+        w_at_bos = 1.0 if where is None else \
+            float(w_row.reshape(-1)[0] > 0.5) if w_row is not None else 0.0
+        return counts.counted_mean(ctx, v, where, _row_at_bos(ctx, v), w_at_bos, group)
     # the reference divides a sum of whole numbers once (ONCE), else sums rounded values
     ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
                        noise=r.noise + numerics.mean_noise(n) * r.magnitude,

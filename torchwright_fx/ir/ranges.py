@@ -281,9 +281,12 @@ class Interval:
         return out
 
     def shift(self, c: float) -> Interval:
-        return Interval.of(self.lo + c, self.hi + c,
-                           lattice_sum(self.lattice, point_lattice(c)), self.noise,
-                           _sum_rounding(self, Interval.point(c)) if fp32_exact(c) else INEXACT)
+        out = Interval.of(self.lo + c, self.hi + c,
+                          lattice_sum(self.lattice, point_lattice(c)), self.noise,
+                          _sum_rounding(self, Interval.point(c)) if fp32_exact(c) else INEXACT)
+        if self.max_den and float(c).is_integer():  # k/n + c is (k + c n)/n
+            out = dataclasses.replace(out, max_den=self.max_den, den_group=self.den_group)
+        return out
 
     def __mul__(self, o: Interval) -> Interval:
         products = [self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi]

@@ -287,7 +287,7 @@ def _whole_column(ctx: LowerCtx, x: Lin, rng: Interval, f: ffn.Pwl, label: str) 
     return col
 
 
-def _encode(ctx: LowerCtx, sides: tuple[Side, ...], what: str) -> Encoded:
+def encode(ctx: LowerCtx, sides: tuple[Side, ...], what: str) -> Encoded:
     """The value tuples of the streams and their indicators: one stream's own, or a one-hot
     column per tuple of several streams (an AND lane per tuple)."""
     if len(sides) == 1:
@@ -339,7 +339,7 @@ def _factor(ctx: LowerCtx, keys: Encoded, queries: Encoded,
 
 
 def _matrix(leaf: Leaf) -> list[list[bool]]:
-    """The predicate on every (query tuple, key tuple), in the order _encode numbers them."""
+    """The predicate on every (query tuple, key tuple), in the order encode numbers them."""
     kvals = list(itertools.product(*(s.values for s in leaf.keys)))
     qvals = list(itertools.product(*(s.values for s in leaf.queries)))
     return [[leaf.holds(kv, qv) for kv in kvals] for qv in qvals]
@@ -425,7 +425,7 @@ def content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
         if i in split:
             feats += split[i]
             continue
-        kenc, qenc = _encode(ctx, leaf.keys, "key"), _encode(ctx, leaf.queries, "query")
+        kenc, qenc = encode(ctx, leaf.keys, "key"), encode(ctx, leaf.queries, "query")
         feats.append(_factor(ctx, kenc, qenc, matrices[i]))
     if len(feats) > MAX_SELECT_PARTS:
         raise ctx.error(f"{what} joins {len(feats)} selections with &, more than "

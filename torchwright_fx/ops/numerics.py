@@ -123,9 +123,27 @@ def mean_noise(max_seq_len: int) -> float:
     return max(MEAN_NOISE, ((max_seq_len + 1) / 2 + 2) * 2.0 ** -24)
 
 
+def counts_mean(max_seq_len: int) -> bool:
+    """Whether tw.mean of whole numbers is built from exact counts: the head's averaging noise
+    reaches a quarter of the gap 1/(2n) between the attainable means either side of 1/2 (from
+    2048 positions: 6.12e-5 against 6.10e-5), so no comparison of its average at 1/2 is exact."""
+    return mean_noise(max_seq_len) * 8 * max_seq_len >= 1
+
+
+# tw.mean of whole numbers spanning fewer than this many values is rebuilt from exact counts
+# (lower/counts.py, one count head per value) where counts_mean(n) holds.
+COUNTED_MEAN_VALUES = 16
+# A head of tied logits gives <bos> the weight 1/(c+1) within two fp32 roundings (the softmax's
+# division, or a reciprocal and a product), doubled.
+HEAD_RECIPROCAL_ERROR = 2.0 ** -22
+# The SwiGLU product of a whole number a >= 0 and b (SiLU(a)*b + SiLU(-a)*(-b)): each sigmoid,
+# product and the sum round once, relative to |a*b| (checked by tests/test_counted_mean.py over
+# every pair at 2048).
+COUNTED_MEAN_PRODUCT = 2.0 ** -21
+
 # Fractions k/n are searched over every n <= max_den: beyond this many denominators a mean is
 # treated as real-valued (its comparisons use RAMP_WIDTH ramps).
-MAX_MEAN_DENOMINATORS = 8192
+MAX_MEAN_DENOMINATORS = 32768
 
 # -- claims ----------------------------------------------------------------------------------
 # tw.claim(v, lo, hi, integral=True) snaps the eager value to the nearest integer when it is
@@ -210,6 +228,10 @@ NEWTON_ERROR = 0.001
 # Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
 # lanes grow as sqrt(max_seq_len / CHORD_ERROR) and its fp32 rounding nears 0.01 at 8192.
 TWO_STAGE_LENGTH = 4096
+# The reciprocal of an exact count (ops/position.py): the interpolant's chord stays within this
+# relative error of 1/m, and one Newton step squares it (2.5e-7), below fp32's own rounding of
+# the step's two products.
+RECIPROCAL_CHORD = 5e-4
 
 # -- ties (ops/ties.py) ----------------------------------------------------------------------------
 TIE_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible

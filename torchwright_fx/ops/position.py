@@ -39,6 +39,7 @@ from torchwright_fx.ops.numerics import (
     CHORD_ERROR,
     NEWTON_ERROR,
     POSITION_TOLERANCE,
+    RECIPROCAL_CHORD,
     SILU_SCALE,
     TWO_STAGE_LENGTH,
     UNDERFLOW,
@@ -204,5 +205,78 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     (inverse,) = attention.mean(prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0),
                                 f"{name}.inverse_count", source)
     pos = decode_count(prog, geom, inverse, f"{name}.position", source)
-    prog.shared.position = pos
+    prog.shared.position, prog.shared.inverse_position = pos, inverse
     return pos
+
+
+# -- the reciprocal of an exact count -------------------------------------------------------------
+# 1/m for a whole number 1 <= m <= n held exactly in a column (a snapped count): a
+# piecewise-linear interpolant through integer knots, then one Newton step. 1/m is convex, so the
+# chord between knots a < b lies above it; knots are as far apart as keeps the chord within
+# RECIPROCAL_CHORD of 1/m (relative) at every integer between, and the Newton step
+# r' = r (2 - m r) squares that relative error. Written as sum_a w_a relu(k_a - m) plus 1/n, every
+# term is positive (w_a are the slope changes), so fp32 adds no cancellation.
+@lru_cache(maxsize=16)
+def reciprocal_knots(n: int) -> tuple[tuple[float, float], ...]:
+    """(knot k_a, weight w_a) with r0(m) = 1/(n) + sum w_a relu(k_a - m) on 1 <= m <= n."""
+    m = np.arange(1, n + 1, dtype=np.float64)
+    chosen, a = [1], 1
+    while a < n:
+        lo, hi = a + 1, n  # the farthest b whose chord from a stays within the bound
+        while lo < hi:
+            b = (lo + hi + 1) // 2
+            mid = m[a:b - 1]  # the integers strictly between a and b
+            chord = 1 / a + (mid - a) * (1 / b - 1 / a) / (b - a)
+            if len(mid) and np.max(chord * mid - 1) > RECIPROCAL_CHORD:
+                hi = b - 1
+            else:
+                lo = b
+        chosen.append(lo)
+        a = lo
+    out, after = [], 0.0  # from the right: the slope of r0 beyond each knot
+    for a, b in zip(reversed(chosen[:-1]), reversed(chosen[1:]), strict=True):
+        slope = (1 / b - 1 / a) / (b - a)  # negative
+        out.append((float(b), after - slope))  # relu(b - m) turns on below b
+        after = slope
+    return tuple(reversed(out))
+
+
+def _replay_reciprocal(n: int) -> torch.Tensor:
+    """The reciprocal's output at every count 1..n, in fp32 as the runtime computes it."""
+    f32 = torch.float32
+    m = torch.arange(1, n + 1, dtype=f32)
+    total = torch.zeros(n, dtype=f32)
+    for k, w in reciprocal_knots(n):
+        z = SILU_SCALE * (torch.tensor(k, dtype=f32) - m)
+        total += torch.nn.functional.silu(z) * torch.tensor(w / SILU_SCALE, dtype=f32)
+    r0 = total + torch.tensor(1.0 / n, dtype=f32)
+    u = _silu_lanes(m, r0)
+    return _silu_lanes(2.0 - u, r0)
+
+
+@lru_cache(maxsize=16)
+def reciprocal_error(n: int) -> float:
+    """The bound on |compiled 1/m - 1/m| * m over 1 <= m <= n: twice the fp32 replay's worst
+    relative error (another summation order), plus the reader's rounding (2**-23)."""
+    m = torch.arange(1, n + 1, dtype=torch.float64)
+    measured = float(((_replay_reciprocal(n).double() * m) - 1).abs().max())
+    return 2.0 * measured + 2.0 ** -23
+
+
+def reciprocal(prog: Program, m: Lin, n: int, name: str, source: str) -> Lin:
+    """1/m for the exact whole number m in [0, n] held in ``m`` (within reciprocal_error(n) of
+    it, relative, for m >= 1; at most 3 at m = 0). Three MLP sublayers."""
+    machine = prog.machine
+    bank = Bank(machine, 1)
+    for k, w in reciprocal_knots(n):
+        bank.hinge(0, k - m, w)
+    bank.const(0, 1.0 / n)
+    (r0,) = bank.finish(prog, [Interval(0.0, 2.0)], f"{name}.coarse", source)
+    rm, rr = Interval(0.0, n, True), Interval(0.0, 2.0)
+    product = Bank(machine, 1)
+    ffn.product(product, 0, m, rm, r0, rr)
+    (u,) = product.finish(prog, [Interval(0.0, 2.0)], f"{name}.newton", source)
+    step = Bank(machine, 1)
+    ffn.product(step, 0, 2.0 - u, Interval(0.0, 2.0), r0, rr)
+    (r,) = step.finish(prog, [Interval(0.0, 4.0)], name, source)
+    return r

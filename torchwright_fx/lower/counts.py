@@ -1,0 +1,132 @@
+"""Means of whole numbers from exact counts: ``tw.mean`` at long lengths.
+
+An attention head that averages v over m positions rounds its sum once per position, so its
+error grows as m * 2**-24 of max |v| (``numerics.mean_noise``) while the attainable means k/m
+crowd to 1/(2m) around 1/2: from 2048 positions (``numerics.counts_mean``) no comparison of
+such a mean is exact. A count has no such sum. A head whose selected keys tie with ``<bos>``
+and whose value is the ``<bos>`` indicator outputs fl(1/(c+1)) (one nonzero term, exp(0) = 1
+for every tied key, the rest flushed to 0), which the position decoder turns into c and a snap
+makes exact.
+
+So a mean of v taking the whole values p_0 < ... < p_L is rebuilt as
+``p_0 + sum_t (p_t - p_{t-1}) * K_t / m``, K_t the number of averaged rows with v >= p_t (one
+count each) and m the number of averaged rows: ``i + 1`` without ``where``, whose reciprocal is
+the position head's own output, else a count whose reciprocal is taken by
+``ops.position.reciprocal`` (relative error under 1e-6). The sum of whole numbers is exact in
+fp32, so the mean's only error is the relative error of 1/m and of one product: about 1e-6 of
+its range at any length, against 5e-4 for the head's average at 16384.
+"""
+
+from __future__ import annotations
+
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
+from torchwright_fx.lower import selection, table
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import attention, ffn, numerics
+from torchwright_fx.ops import position as decoder
+from torchwright_fx.ops.numerics import (
+    COUNTED_MEAN_PRODUCT,
+    COUNTED_MEAN_VALUES,
+    HEAD_RECIPROCAL_ERROR,
+    WIDTH_GAIN,
+)
+
+
+def applies(ctx: LowerCtx, v: Stream) -> bool:
+    """Whether tw.mean(v, ...) is built from counts: SwiGLU (its products are exact up to
+    rounding), where numerics.counts_mean holds, every column whole-valued with few values."""
+    return (ctx.prog.machine == "swiglu" and numerics.counts_mean(ctx.geom.max_seq_len)
+            and all(r.integral and r.finite and r.rounding <= ONCE
+                    and r.hi - r.lo < COUNTED_MEAN_VALUES for r in v.ranges))
+
+
+def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]:
+    """(c, y): c the number of rows 0..i whose ``key`` is 1, exact (``key`` an exact 0/1 column,
+    ``at_bos`` its value at ``<bos>``), and y = fl(1/(c' + 1)) the head's output, c' the count
+    over rows 1..i (c' = c when ``at_bos`` is 0, else c - 1)."""
+    geom, prog = ctx.geom, ctx.prog
+    bos = ctx.bos_indicator()
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    q[geom.rotary] = Lin.constant(WIDTH_GAIN)
+    k[geom.rotary] = key + bos * (1.0 - at_bos)  # <bos> ties with the counted rows
+    (inverse,) = attention._heads(prog, geom, q, k, [bos], [Interval(0.0, 1.0)],
+                                  f"{ctx.name}.{label}", ctx.source)
+    n = geom.max_seq_len
+    try:
+        decoded = decoder.decode_count(prog, geom, inverse, f"{ctx.name}.{label}", ctx.source)
+    except attention.GeometryError as e:
+        raise ctx.error(str(e), "lower max_seq_len") from None
+    rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n))
+    exact = table.snapped(ctx, decoded, rng)
+    if exact is None:
+        raise ctx.error(f"the count behind this mean cannot be rounded exactly (decoding error "
+                        f"{rng.noise:.3g})", "lower max_seq_len")
+    return exact[0] + at_bos, inverse
+
+
+def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[float],
+                 where_at_bos: float, group: int) -> Stream:
+    """tw.mean(v, where) from counts (see the module docstring); ``applies`` must hold."""
+    n = ctx.geom.max_seq_len
+    wside = None if where is None else selection.stream_side(
+        ctx, where.cols[0], where.ranges[0], where_at_bos, "where", "where")
+    if wside is None:  # every row 0..i: m = i + 1, and the position head holds 1 / m
+        try:  # builds the position head once per program
+            decoder.position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name, ctx.source)
+        except attention.GeometryError as e:
+            raise ctx.error(str(e), "lower max_seq_len") from None
+        inverse = ctx.prog.shared.inverse_position
+        assert inverse is not None
+        recip, recip_error, m = inverse, HEAD_RECIPROCAL_ERROR, None
+    else:
+        ones = [i for i, w in enumerate(wside.values) if w == 1.0]
+        m, inverse = count(ctx, wside.indicator(ctx, ones), float(where_at_bos == 1.0), "rows")
+        if where_at_bos == 1.0:  # <bos> is averaged: the head's 1/(c'+1) is 1/m
+            recip, recip_error = inverse, HEAD_RECIPROCAL_ERROR
+        else:
+            recip = decoder.reciprocal(ctx.prog, m, n, f"{ctx.name}.reciprocal", ctx.source)
+            recip_error = decoder.reciprocal_error(n)
+    cols, ranges = [], []
+    for c, (col, rng) in enumerate(zip(v.cols, v.ranges, strict=True)):
+        side = selection.stream_side(ctx, col, rng, v_at_bos[c], f"v[{c}]", "values")
+        points = side.values
+        # the averaged rows' values, as (where, v) pairs with ``where`` (and their indicators)
+        enc = selection.encode(ctx, (side,) if wside is None else (wside, side), "key")
+        at = (v_at_bos[c],) if wside is None else (where_at_bos, v_at_bos[c])
+
+        def averaged(tup: tuple[float, ...], at_least: float) -> bool:
+            return tup[-1] >= at_least and (len(tup) == 1 or tup[0] == 1.0)
+
+        total = Lin()  # the sum of v - p_0 over the averaged rows: a whole number
+        for t in range(1, len(points)):
+            members = [i for i, tup in enumerate(enc.values) if averaged(tup, points[t])]
+            k_t, _ = count(ctx, enc.indicator(members), float(averaged(at, points[t])),
+                           f"count{c}_{t}")
+            total = total + k_t * (points[t] - points[t - 1])
+        spread = points[-1] - points[0]
+        fallback = v_at_bos[c] - points[0]
+        noise = spread * ((1 + recip_error) * (1 + COUNTED_MEAN_PRODUCT) - 1)
+        # the reference divides a sum of whole numbers once (ONCE)
+        rounding = ONCE if rng.rounding == EXACT else INEXACT
+        out = Interval(rng.lo, rng.hi, max_den=n, den_group=group, noise=noise,
+                       rounding=rounding)
+        bank = ctx.bank(1)
+        if spread:
+            ffn.product(bank, 0, total, Interval(0.0, spread * n, True), recip,
+                        Interval(0.0, 4.0))
+        if m is not None and where_at_bos != 1.0 and fallback:
+            bank.hinge(0, 1.0 - m, fallback)  # no averaged row: the <bos> row's value
+        if not bank.lanes:
+            cols.append(Lin.constant(points[0]))
+            ranges.append(Interval.point(points[0]))
+            continue
+        # the column holds the mean less p_0, a fraction k/m itself (p_0 stays in the form)
+        above = Interval(rng.lo - points[0], rng.hi - points[0], max_den=n, den_group=group,
+                         noise=noise, rounding=rounding)
+        (mean,) = ctx.finish(bank, [above])
+        cols.append(mean + points[0])
+        ranges.append(out)
+    return Stream(cols, ranges)

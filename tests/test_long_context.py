@@ -157,7 +157,7 @@ def test_argmin_past_one_heads_span_takes_two_heads() -> None:
     most recent position from a selection, both certified; right on long prompts. With
     `where`, the selection's keys take 1002 values: digits of base 16, d_head 64."""
     with pytest.raises(tw.CompileError, match="(?s)in two heads .* compile with d_head=64"):
-        tw.compile(latest_low, vocab=VOCAB, max_seq_len=2048).compile()
+        tw.compile(latest_low, vocab=VOCAB, max_seq_len=2048, d_head=32).compile()
     program = tw.compile(latest_low, vocab=VOCAB, max_seq_len=2048, d_head=64)
     assert any(p.name.endswith(".best") for p in program.build.program.producers.values())
     rng = random.Random(6)

@@ -201,7 +201,9 @@ def test_two_large_equalities_are_refused_naming_the_line():
         return tw.selector_width(tw.select(x, x, "==") & tw.select(prev, prev, "=="))  # HERE
 
     with pytest.raises(tw.CompileError, match="HERE(.|\n)*compile with d_head=128"):
-        tw.compile(two, vocab=BIG, max_seq_len=64, output="value").compile()
+        tw.compile(two, vocab=BIG, max_seq_len=64, output="value", d_head=32).compile()
+    chosen = tw.compile(two, vocab=BIG, max_seq_len=64, output="value").compile()
+    assert chosen.stats()["d_head"] == 128 and "d_head=128 (chosen: at 32" in chosen.summary()
 
 
 # -- key-value lookup: issue 16's yardstick --------------------------------------------------------

@@ -308,7 +308,7 @@ def test_equality_on_more_positions_names_the_head_size_that_fits() -> None:
         return tw.select_latest(tw.select(p, at, "=="), tw.code(x), default="<eos>")
 
     with pytest.raises(tw.CompileError, match="compile with d_head=64"):
-        tw.compile(wide, vocab=V, max_seq_len=1024).compile()
+        tw.compile(wide, vocab=V, max_seq_len=1024, d_head=32).compile()
     _copies(tw.compile(echo_eq, vocab=V, max_seq_len=1024, d_head=64), (500,))
 
 
@@ -323,8 +323,9 @@ def test_gather_beyond_its_square_matches_digits() -> None:
     selection of the position, clamped to [0, i] like the square; at d_head 32 it names the
     head size that fits."""
     with pytest.raises(tw.CompileError, match="compile with d_head=64"):
-        tw.compile(echo_gather, vocab=V, max_seq_len=1024).compile()
-    program = tw.compile(echo_gather, vocab=V, max_seq_len=1024, d_head=64)
+        tw.compile(echo_gather, vocab=V, max_seq_len=1024, d_head=32).compile()
+    program = tw.compile(echo_gather, vocab=V, max_seq_len=1024)  # d_head=None: it picks 64
+    assert program.stats()["d_head"] == 64
     _copies(program, (4, 510))
 
     def clamped(x):  # positions ahead of i read i, at or below 0 read <bos>

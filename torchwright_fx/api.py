@@ -28,7 +28,7 @@ from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
-from torchwright_fx.ops.numerics import CODE_TOLERANCE
+from torchwright_fx.ops.numerics import AUTO_D_HEAD, CODE_TOLERANCE
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.vocab import Vocab
 
@@ -268,7 +268,7 @@ class Compiled:
         """The ground-truth circuit map as a dict (``backends/circuit.py``)."""
         b = self.build
         return circuit.circuit(self.traced.graph_module, b.program, b.plan, b.placement,
-                               self.options.d_head, self.fn.__name__)
+                               self.weights.d_head, self.fn.__name__)
 
     def to_onnx(self, directory: str | os.PathLike, *, hf_dir: str | os.PathLike | None = None
                 ) -> Path:
@@ -342,7 +342,7 @@ class Compiled:
         return (
             f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
             f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
-            f"d_head={s['d_head']}, "
+            f"d_head={s['d_head']}{_raised(self.build.d_head_reason)}, "
             f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
             f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
             f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
@@ -355,6 +355,15 @@ class Compiled:
         transformers, onnxruntime, llama.cpp, vLLM and TransformerLens."""
         prompt = next(iter(self.domain()), None) if self.domain is not None else None
         return card.model_card(self.stats(), prompt)
+
+
+def _raised(reason: str) -> str:
+    """Why d_head=None chose a head size above 32: the refusal's first line."""
+    if not reason:
+        return ""
+    lines = reason.splitlines()
+    why = lines[1].split("): ", 1)[-1] if len(lines) > 1 else lines[0]
+    return f" (chosen: at {AUTO_D_HEAD}, {why})"
 
 
 def _certificate(s: dict[str, Any]) -> str:
@@ -382,7 +391,7 @@ _DEFAULTS = Options()  # the one home of the defaults
 
 
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
-            d_model: int | None = _DEFAULTS.d_model, d_head: int = _DEFAULTS.d_head,
+            d_model: int | None = _DEFAULTS.d_model, d_head: int | None = _DEFAULTS.d_head,
             max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
             machine: MachineKind | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
             output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress) -> Any:

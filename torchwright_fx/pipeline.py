@@ -16,7 +16,7 @@ from typing import Any
 import torch.fx
 
 from torchwright_fx import progress
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.capture.errors import CompileError, HeadTooSmall
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit.emitter import emit
@@ -26,7 +26,7 @@ from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.ops.numerics import is_power_of_two
+from torchwright_fx.ops.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.passes.fold_embedding import fold_embedding
 from torchwright_fx.schedule import bounds, columns, heuristic
@@ -37,9 +37,12 @@ from torchwright_fx.vocab import Vocab
 @dataclass
 class Options:
     d_model: int | None = None  # None: the smallest power of two that fits
-    # 32: the smallest head size that vLLM's CPU attention takes (32, 64, 80, ...); llama.cpp
-    # and transformers take any. 8 or 16 give smaller checkpoints that vLLM refuses.
-    d_head: int = 32
+    # None: AUTO_D_HEAD (32, the smallest head size that vLLM's CPU attention takes: 32, 64,
+    # 80, ...), raised to the smallest power of two up to AUTO_D_HEAD_LIMIT that every head of
+    # the program fits when one needs more (a selection on many values, gather or argmax at long
+    # lengths); Build.d_head_reason says why. A number: that size, refused if a head needs more.
+    # llama.cpp and transformers take any; 8 or 16 give smaller checkpoints that vLLM refuses.
+    d_head: int | None = None
     max_seq_len: int = 512
     optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
     machine: MachineKind | None = None  # None: from the op library used, else swiglu
@@ -60,14 +63,22 @@ class Options:
                 raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
                                    f"{', '.join(repr(a) for a in allowed)}")
         for name in ("d_head", "max_seq_len"):
-            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
-                raise CompileError(f"{name}={getattr(self, name)!r}: a whole number")
-        Geometry(self.d_head, self.max_seq_len)  # GeometryError (a CompileError) names the fix
+            value = getattr(self, name)
+            if (not isinstance(value, int) or isinstance(value, bool)) and \
+                    not (name == "d_head" and value is None):
+                raise CompileError(f"{name}={value!r}: a whole number"
+                                   + (", or None to let the compiler choose" * (name == "d_head")))
+        Geometry(self.head_size, self.max_seq_len)  # GeometryError (a CompileError) names the fix
         if self.d_model is not None and (not isinstance(self.d_model, int) or
                                          not is_power_of_two(self.d_model) or self.d_model < 16):
             raise CompileError(f"d_model={self.d_model!r}: a power of two >= 16 (the RMSNorm "
                                "identity needs a power of two), or None to let the compiler "
                                "choose the smallest that fits")
+
+    @property
+    def head_size(self) -> int:
+        """The head size lowering starts from."""
+        return AUTO_D_HEAD if self.d_head is None else self.d_head
 
 
 @dataclass
@@ -79,23 +90,42 @@ class Build:
     seconds: dict[str, float] = field(default_factory=dict)
     critical_path_layers: int = 0
     peak_live_width: int = 0
+    d_head_reason: str = ""  # why d_head=None chose more than AUTO_D_HEAD (the refusal at 32)
 
 
 def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
     return propagate(capture(fn, vocab), vocab)
 
 
-def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
-    geom = Geometry(opts.d_head, opts.max_seq_len)
-    prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
+def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
+                   ) -> tuple[Program, Geometry, str]:
+    """The lowered program, its geometry and why its head size grew: ``opts.d_head``, or with
+    None the smallest head size that every construction fits (a HeadTooSmall names it; the
+    graph is not mutated by lowering, so a retry starts clean)."""
+    geom, reason = Geometry(opts.head_size, opts.max_seq_len), ""
+    while True:
+        try:
+            prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
+            return prog, geom, reason
+        except HeadTooSmall as e:
+            if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
+                raise
+            reason = str(e) if not reason else reason
+            geom = Geometry(e.d_head, opts.max_seq_len)
+
+
+def run_passes(prog: Program) -> Program:
     return eliminate_dead(fold_embedding(prog))
+
+
+def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
+    return run_passes(sized_lowering(gm, vocab, opts)[0])
 
 
 def lower_facts(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
                 ) -> dict[str, list[Interval]]:
     """The facts of every fx node (a lowering run for its facts only, e.g. to show them)."""
-    geom = Geometry(opts.d_head, opts.max_seq_len)
-    prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
+    prog, _, _ = sized_lowering(gm, vocab, opts)
     return {name: list(rec.intervals) for name, rec in prog.nodes.items()}
 
 
@@ -117,16 +147,16 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         seconds: dict[str, float] = {}
         t0 = time.perf_counter()
         progress.stage("lower")
-        prog = lower_program(gm, vocab, opts)
+        lowered, geom, reason = sized_lowering(gm, vocab, opts)
+        prog = run_passes(lowered)
         t1 = time.perf_counter()
         progress.stage("schedule")
         plan = schedule_program(prog, opts)
         t2 = time.perf_counter()
         progress.stage("emit")
-        geom = Geometry(opts.d_head, opts.max_seq_len)
         placed = place(prog, plan, geom)
         machine = emit(prog, plan, geom, placed)
         t3 = time.perf_counter()
     seconds.update(lower=t1 - t0, schedule=t2 - t1, emit=t3 - t2)
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
-                 bounds.peak_live_width(prog, plan))
+                 bounds.peak_live_width(prog, plan), reason)

@@ -292,7 +292,8 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     except CompileError as e:
         advice = str(e).splitlines()[-1].strip()
         raise ctx.error(f"{problem}; matching the position digit by digit instead: "
-                        f"{str(e).splitlines()[1].split('): ', 1)[-1]}", advice) from None
+                        f"{str(e).splitlines()[1].split('): ', 1)[-1]}", advice,
+                        getattr(e, "d_head", None)) from None
     if by_digits is None:
         raise ctx.error(problem, "lower max_seq_len, or read a fixed distance back with "
                                  "tw.shift")

@@ -20,6 +20,16 @@ class CompileError(TorchwrightError):
     """A program construct that cannot be compiled; the message names the user's line."""
 
 
+class HeadTooSmall(CompileError):
+    """A construction needs more content dims in one head than d_head leaves: ``d_head`` is the
+    smallest head size that fits. With ``d_head=None`` (the default) the compiler retries at
+    that size instead of raising."""
+
+    def __init__(self, message: str, d_head: int):
+        super().__init__(message)
+        self.d_head = d_head
+
+
 class InputError(TorchwrightError, ValueError):
     """A prompt the compiled program cannot take (too long, characters outside the
     vocabulary)."""
@@ -77,10 +87,11 @@ def op_name(node: torch.fx.Node) -> str:
     return f"{module}.{name}" if module else name
 
 
-def node_error(node: torch.fx.Node, what: str, advice: str = "") -> CompileError:
+def node_error(node: torch.fx.Node, what: str, advice: str = "", d_head: int | None = None
+               ) -> CompileError:
     op = node.target if isinstance(node.target, str) else getattr(
         node.target, "__name__", str(node.target))
     msg = f"{node_source(node)}\n  in `{op}` ({node.name}): {what}"
     if advice:
         msg += f"\n  {advice}"
-    return CompileError(msg)
+    return CompileError(msg) if d_head is None else HeadTooSmall(msg, d_head)

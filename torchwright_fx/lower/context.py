@@ -53,8 +53,10 @@ class LowerCtx:
     def finish(self, bank: Bank, ranges: Sequence[Interval]) -> list[Lin]:
         return bank.finish(self.prog, ranges, self.name, self.source)
 
-    def error(self, what: str, advice: str = "") -> CompileError:
-        return node_error(self.node, what, advice)
+    def error(self, what: str, advice: str = "", d_head: int | None = None) -> CompileError:
+        """A CompileError naming the user's line; ``d_head``: the head size that would fit
+        (a HeadTooSmall, which a compile without an explicit d_head retries at that size)."""
+        return node_error(self.node, what, advice, d_head)
 
     @property
     def input_node(self) -> torch.fx.Node:

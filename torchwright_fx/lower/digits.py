@@ -47,7 +47,7 @@ def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream, key_bos: float,
         raise ctx.error(f"select == on {n} whole numbers is matched digit by digit, which "
                         f"needs {need} content dims in one head, more than the "
                         f"{ctx.geom.tail} of d_head={ctx.geom.d_head}",
-                        f"compile with d_head={d_head}, or narrow the values' range")
+                        f"compile with d_head={d_head}, or narrow the values' range", d_head)
     parts, base = fits[0]
     sides = []
     for s, what in ((keys, "keys"), (queries, "queries")):

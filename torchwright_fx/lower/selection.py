@@ -452,7 +452,7 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
                         f"equivalent key or query values, plus the <bos> fallback), more than "
                         f"the {geom.tail} of d_head={geom.d_head}",
                         f"compile with d_head={fits}, or select on streams with fewer distinct "
-                        "values (map them first with tw.lookup)")
+                        "values (map them first with tw.lookup)", fits)
     for ql, _ in dims:  # the tie argument: each query dim is G * (0/1 signals), or G
         assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
             f"{what}: a query feature is not G times whole 0/1 columns: {ql}"

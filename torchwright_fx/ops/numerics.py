@@ -241,6 +241,13 @@ TIE_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed
 # the compiled model's choice (the nearest logit peak) and a rounding would be arbitrary.
 CODE_TOLERANCE = 1e-3
 
+# -- head size (pipeline.Options.d_head=None) --------------------------------------------------
+# Lowering starts at 32, the smallest head size vLLM's CPU attention takes, and moves to the
+# size a refused construction names (HeadTooSmall), up to 256: every power of two to 256 is a
+# head size transformers, llama.cpp and vLLM take (a larger one is left to the user to ask).
+AUTO_D_HEAD = 32
+AUTO_D_HEAD_LIMIT = 256
+
 # -- selection heads (selectors.py) ----------------------------------------------------------------
 # Logit gains (see the module docstring): the fallback trails the selection by B, every
 # unselected key trails the fallback by B as well.

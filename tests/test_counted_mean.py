@@ -49,7 +49,27 @@ def count_of_a(x: torch.Tensor) -> torch.Tensor:
     return tw.token("0") + torch.remainder(count.round().long(), 10)
 
 
-PROGRAMS = [half_a, a_versus_b, digit_mean, share_among_letters, count_of_a]
+def frac_prevs(x: torch.Tensor) -> torch.Tensor:
+    """RASP's frac_prevs: the share of a's among positions 1..i, above 1/2."""
+    every = tw.select(tw.code(x), tw.code(x), "true")
+    return tw.token("0") + (tw.aggregate(every, tw.is_token(x, "a")) > 0.5).long()
+
+
+def same_token_share(x: torch.Tensor) -> torch.Tensor:
+    """Among the rows holding this token, the share that follow an 'a', at least 1/3 (1, the
+    default, before any)."""
+    share = tw.aggregate(tw.select(x, x, "=="), tw.shift(tw.is_token(x, "a"), 1), default=1)
+    return tw.token("0") + (share >= 1 / 3).long()
+
+
+def other_digits(x: torch.Tensor) -> torch.Tensor:
+    """The mean digit over the rows holding another token: above 4.5, at most 2, between."""
+    share = tw.aggregate(tw.select(x, x, "!="), _digit(x))
+    return tw.token("0") + (share > 4.5).long() + 2 * (share <= 2).long()
+
+
+PROGRAMS = [half_a, a_versus_b, digit_mean, share_among_letters, count_of_a, frac_prevs,
+            same_token_share, other_digits]
 
 
 def _stream(n: int, seed: int) -> str:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -53,7 +53,7 @@ from torchwright_fx.intrinsics import (
 )
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import digits, selection
+from torchwright_fx.lower import counts, digits, selection
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.lower.stream import Stream, to_stream
@@ -230,6 +230,8 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     # not k/n with that count, so such an aggregate keeps a group of its own
     owner = id(sel) if float(default).is_integer() else ctx.name
     group = hash(("aggregate", owner)) or 1
+    if counts.applies(ctx, v):  # long contexts: exact counts, not one rounded sum per row
+        return _counted_aggregate(ctx, sel, v, default, group)
     ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
                        den_group=group,
                        noise=r.noise + numerics.mean_noise(n) * max(r.magnitude, abs(default)),
@@ -238,6 +240,54 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     if all(r.integral and r.lo == r.hi for r in v.ranges):  # a constant: the mean is itself
         ranges = [dataclasses.replace(r, max_den=0) for r in ranges]
     return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges)
+
+
+# every query: a query side of one value whose indicator is the constant 1 (a factor on the keys
+# alone, for selector_width(sel & [v >= p]))
+_EVERY_QUERY = selection.Side((0.0,), 0.0, "every query", (0.0,), tokens=(Lin.constant(1.0),))
+
+
+def _at_least(p: float) -> Callable[[Sequence[float], Sequence[float]], bool]:
+    return lambda kv, qv: kv[0] >= p
+
+
+def _at_bos(ctx: LowerCtx, v: Stream, c: int) -> float:
+    """Column c of aggregate's ``v`` at <bos> (the selection's keys drop that row)."""
+    row = ctx.bos_row(1, "v")
+    if row is not None:
+        values = row.reshape(-1)
+        return float(values[c if len(values) > 1 else 0])
+    if not v.cols[c].terms:
+        return float(v.cols[c].const)
+    raise ctx.error("the value of `v` at <bos> is unknown")
+
+
+def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
+                       group: int) -> Stream:
+    """aggregate from exact counts (lower/counts.py): m = selector_width(sel) and, per value
+    step p_t of v, K_t = selector_width(sel & [v_j >= p_t]); the mean is
+    p_0 + sum_t (p_t - p_{t-1}) K_t / m, and ``default`` where m is 0."""
+    inverse = _width_inverse(ctx, sel)
+    assert inverse is not None
+    m = counts.exact_count(ctx, inverse, "rows")
+    recip, recip_error = counts.reciprocal(ctx, m)
+    cols, ranges = [], []
+    for c, (col, rng) in enumerate(zip(v.cols, v.ranges, strict=True)):
+        side = selection.stream_side(ctx, col, rng, _at_bos(ctx, v, c), f"v[{c}]", "values")
+        points = side.values
+        total = Lin()
+        for t in range(1, len(points)):
+            leaf = Leaf((side,), (_EVERY_QUERY,), _at_least(points[t]), f"v >= {points[t]:g}")
+            k_inverse = _width_inverse(ctx, sel & leaf)
+            if k_inverse is None:  # no value reaches p_t where sel selects
+                continue
+            k_t = counts.exact_count(ctx, k_inverse, f"count{c}_{t}")
+            total = total + k_t * (points[t] - points[t - 1])
+        mean, out = counts.quotient(ctx, points, total, recip, recip_error, (m, default),
+                                    rng, group)
+        cols.append(mean)
+        ranges.append(out)
+    return Stream(cols, ranges)
 
 
 def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
@@ -264,20 +314,28 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
 
 
-def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
-    from torchwright_fx.ops.position import decode_count, noise
-
-    sel = _check_selector(ctx, sel)
+def _width_inverse(ctx: LowerCtx, sel: Selector) -> Lin | None:
+    """fl(1/(w+1)), w the number of positions ``sel`` selects: <bos> ties with the selection
+    (m dims of the same G * 1 product); None when it never selects."""
     feats = selection.content(ctx, sel, "selector_width")
     if feats is None:
-        return _const_stream(0.0, 1)
+        return None
     m = len(feats)
-    # <bos> ties with the selection: m dims of the same G * 1 product
     q, k = selection.head_qk(ctx, feats, WIDTH_GAIN, [WIDTH_GAIN] * max(m, 1), False,
                              "selector_width")
     if m == 0:  # "true": every key (and <bos>) at the same logit
         q[ctx.geom.rotary] = Lin()
     (inverse,) = _heads(ctx, q, k, [bos_indicator(ctx)], [Interval(0.0, 1.0)])
+    return inverse
+
+
+def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
+    from torchwright_fx.ops.position import decode_count, noise
+
+    sel = _check_selector(ctx, sel)
+    inverse = _width_inverse(ctx, sel)
+    if inverse is None:
+        return _const_stream(0.0, 1)
     n = ctx.geom.max_seq_len
     try:
         width = decode_count(ctx.prog, ctx.geom, inverse, f"{ctx.name}.width", ctx.source)

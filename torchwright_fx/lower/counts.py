@@ -36,10 +36,11 @@ from torchwright_fx.ops.numerics import (
 
 def applies(ctx: LowerCtx, v: Stream) -> bool:
     """Whether tw.mean(v, ...) is built from counts: SwiGLU (its products are exact up to
-    rounding), where numerics.counts_mean holds, every column whole-valued with few values."""
+    rounding), where numerics.counts_mean holds, every column whole-valued, and fewer than
+    COUNTED_MEAN_VALUES value steps in all (one count head and decoder each)."""
     return (ctx.prog.machine == "swiglu" and numerics.counts_mean(ctx.geom.max_seq_len)
-            and all(r.integral and r.finite and r.rounding <= ONCE
-                    and r.hi - r.lo < COUNTED_MEAN_VALUES for r in v.ranges))
+            and all(r.integral and r.finite and r.rounding <= ONCE for r in v.ranges)
+            and sum(r.hi - r.lo for r in v.ranges) < COUNTED_MEAN_VALUES)
 
 
 def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]:
@@ -54,9 +55,15 @@ def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]
     k[geom.rotary] = key + bos * (1.0 - at_bos)  # <bos> ties with the counted rows
     (inverse,) = attention._heads(prog, geom, q, k, [bos], [Interval(0.0, 1.0)],
                                   f"{ctx.name}.{label}", ctx.source)
-    n = geom.max_seq_len
+    return exact_count(ctx, inverse, label) + at_bos, inverse
+
+
+def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
+    """The whole number c from a head's output fl(1/(c+1)), decoded and snapped: exact."""
+    n, prog = ctx.geom.max_seq_len, ctx.prog
     try:
-        decoded = decoder.decode_count(prog, geom, inverse, f"{ctx.name}.{label}", ctx.source)
+        decoded = decoder.decode_count(prog, ctx.geom, inverse, f"{ctx.name}.{label}",
+                                       ctx.source)
     except attention.GeometryError as e:
         raise ctx.error(str(e), "lower max_seq_len") from None
     rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n))
@@ -64,13 +71,48 @@ def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]
     if exact is None:
         raise ctx.error(f"the count behind this mean cannot be rounded exactly (decoding error "
                         f"{rng.noise:.3g})", "lower max_seq_len")
-    return exact[0] + at_bos, inverse
+    return exact[0]
+
+
+def reciprocal(ctx: LowerCtx, m: Lin) -> tuple[Lin, float]:
+    """1/m for an exact count m (and its relative error bound); at most 3 at m = 0."""
+    n = ctx.geom.max_seq_len
+    recip = decoder.reciprocal(ctx.prog, m, n, f"{ctx.name}.reciprocal", ctx.source)
+    return recip, decoder.reciprocal_error(n)
+
+
+def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
+             recip_error: float, empty: tuple[Lin, float] | None, rng: Interval,
+             group: int) -> tuple[Lin, Interval]:
+    """``p_0 + total * recip`` (a mean of the values ``points``: ``total`` the exact sum of
+    v - p_0 over the averaged rows, ``recip`` 1/their count within ``recip_error``), plus
+    ``empty = (m, value)``: ``value`` where the count m is 0. ``rng``: v's facts."""
+    n = ctx.geom.max_seq_len
+    spread = points[-1] - points[0]
+    noise = spread * ((1 + recip_error) * (1 + COUNTED_MEAN_PRODUCT) - 1)
+    # the reference divides a sum of whole numbers once (ONCE)
+    rounding = ONCE if rng.rounding == EXACT else INEXACT
+    lo, hi = rng.lo, rng.hi
+    if empty is not None:
+        lo, hi = min(lo, empty[1]), max(hi, empty[1])
+    bank = ctx.bank(1)
+    if spread:
+        ffn.product(bank, 0, total, Interval(0.0, spread * n, True), recip, Interval(0.0, 4.0))
+    if empty is not None and empty[1] != points[0]:
+        bank.hinge(0, 1.0 - empty[0], empty[1] - points[0])  # no averaged row
+    if not bank.lanes:
+        return Lin.constant(points[0]), Interval.point(points[0])
+    # the column holds the mean less p_0, a fraction k/m itself (p_0 stays in the form)
+    above = Interval(lo - points[0], hi - points[0], max_den=n, den_group=group, noise=noise,
+                     rounding=rounding)
+    (col,) = ctx.finish(bank, [above])
+    return col + points[0], Interval(lo, hi, max_den=n, den_group=group, noise=noise,
+                                     rounding=rounding)
 
 
 def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[float],
                  where_at_bos: float, group: int) -> Stream:
     """tw.mean(v, where) from counts (see the module docstring); ``applies`` must hold."""
-    n = ctx.geom.max_seq_len
     wside = None if where is None else selection.stream_side(
         ctx, where.cols[0], where.ranges[0], where_at_bos, "where", "where")
     if wside is None:  # every row 0..i: m = i + 1, and the position head holds 1 / m
@@ -87,8 +129,7 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
         if where_at_bos == 1.0:  # <bos> is averaged: the head's 1/(c'+1) is 1/m
             recip, recip_error = inverse, HEAD_RECIPROCAL_ERROR
         else:
-            recip = decoder.reciprocal(ctx.prog, m, n, f"{ctx.name}.reciprocal", ctx.source)
-            recip_error = decoder.reciprocal_error(n)
+            recip, recip_error = reciprocal(ctx, m)
     cols, ranges = [], []
     for c, (col, rng) in enumerate(zip(v.cols, v.ranges, strict=True)):
         side = selection.stream_side(ctx, col, rng, v_at_bos[c], f"v[{c}]", "values")
@@ -106,27 +147,8 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
             k_t, _ = count(ctx, enc.indicator(members), float(averaged(at, points[t])),
                            f"count{c}_{t}")
             total = total + k_t * (points[t] - points[t - 1])
-        spread = points[-1] - points[0]
-        fallback = v_at_bos[c] - points[0]
-        noise = spread * ((1 + recip_error) * (1 + COUNTED_MEAN_PRODUCT) - 1)
-        # the reference divides a sum of whole numbers once (ONCE)
-        rounding = ONCE if rng.rounding == EXACT else INEXACT
-        out = Interval(rng.lo, rng.hi, max_den=n, den_group=group, noise=noise,
-                       rounding=rounding)
-        bank = ctx.bank(1)
-        if spread:
-            ffn.product(bank, 0, total, Interval(0.0, spread * n, True), recip,
-                        Interval(0.0, 4.0))
-        if m is not None and where_at_bos != 1.0 and fallback:
-            bank.hinge(0, 1.0 - m, fallback)  # no averaged row: the <bos> row's value
-        if not bank.lanes:
-            cols.append(Lin.constant(points[0]))
-            ranges.append(Interval.point(points[0]))
-            continue
-        # the column holds the mean less p_0, a fraction k/m itself (p_0 stays in the form)
-        above = Interval(rng.lo - points[0], rng.hi - points[0], max_den=n, den_group=group,
-                         noise=noise, rounding=rounding)
-        (mean,) = ctx.finish(bank, [above])
-        cols.append(mean + points[0])
+        empty = None if m is None or where_at_bos == 1.0 else (m, v_at_bos[c])
+        mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group)
+        cols.append(mean)
         ranges.append(out)
     return Stream(cols, ranges)

@@ -130,8 +130,8 @@ def counts_mean(max_seq_len: int) -> bool:
     return mean_noise(max_seq_len) * 8 * max_seq_len >= 1
 
 
-# tw.mean of whole numbers spanning fewer than this many values is rebuilt from exact counts
-# (lower/counts.py, one count head per value) where counts_mean(n) holds.
+# tw.mean of whole numbers is rebuilt from exact counts (lower/counts.py) where counts_mean(n)
+# holds and its columns' value steps (one count head and decoder each) are fewer than this.
 COUNTED_MEAN_VALUES = 16
 # A head of tied logits gives <bos> the weight 1/(c+1) within two fp32 roundings (the softmax's
 # division, or a reciprocal and a product), doubled.

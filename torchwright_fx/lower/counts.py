@@ -37,7 +37,7 @@ from torchwright_fx.ops.numerics import (
 def applies(ctx: LowerCtx, v: Stream) -> bool:
     """Whether tw.mean(v, ...) is built from counts: SwiGLU (its products are exact up to
     rounding), where numerics.counts_mean holds, every column whole-valued, and fewer than
-    COUNTED_MEAN_VALUES value steps in all (one count head and decoder each)."""
+    COUNTED_MEAN_VALUES value steps in all (one count head and a lean decoder each)."""
     return (ctx.prog.machine == "swiglu" and numerics.counts_mean(ctx.geom.max_seq_len)
             and all(r.integral and r.finite and r.rounding <= ONCE for r in v.ranges)
             and sum(r.hi - r.lo for r in v.ranges) < COUNTED_MEAN_VALUES)
@@ -63,10 +63,10 @@ def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
     n, prog = ctx.geom.max_seq_len, ctx.prog
     try:
         decoded = decoder.decode_count(prog, ctx.geom, inverse, f"{ctx.name}.{label}",
-                                       ctx.source)
+                                       ctx.source, lean=True)
     except attention.GeometryError as e:
         raise ctx.error(str(e), "lower max_seq_len") from None
-    rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n))
+    rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n, lean=True))
     exact = table.snapped(ctx, decoded, rng)
     if exact is None:
         raise ctx.error(f"the count behind this mean cannot be rounded exactly (decoding error "

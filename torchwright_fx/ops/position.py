@@ -157,9 +157,10 @@ def two_stages(machine: str, n: int) -> bool:
     return machine == "swiglu" and n > TWO_STAGE_LENGTH
 
 
-def noise(machine: str, n: int) -> float:
-    """The bound on |compiled position - i|."""
-    return _bound(n, measured_error(n, machine, two_stages(machine, n)))
+def noise(machine: str, n: int, lean: bool = False) -> float:
+    """The bound on |compiled position - i| (``lean``: of a lean decode_count)."""
+    two = two_stages(machine, n) or (lean and machine == "swiglu")
+    return _bound(n, measured_error(n, machine, two))
 
 
 def lane_count(machine: str, n: int) -> int:
@@ -168,17 +169,21 @@ def lane_count(machine: str, n: int) -> int:
     return len(knots(n, two)) + (4 if two else 0)
 
 
-def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source: str) -> Lin:
-    """The count c from a head's output fl(1/(c+1)) (c < max_seq_len)."""
+def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source: str,
+                 lean: bool = False) -> Lin:
+    """The count c from a head's output fl(1/(c+1)) (c < max_seq_len). ``lean``: the two-stage
+    decoder at any length on SwiGLU (tens of lanes instead of a thousand at 2048, for two more
+    MLP sublayers): for counts built many at a time, such as a counted mean's."""
     n, machine = geom.max_seq_len, prog.machine
-    two = two_stages(machine, n)
-    if noise(machine, n) > POSITION_TOLERANCE:
-        raise GeometryError(f"position decoding error {noise(machine, n):.3f} at "
+    two = two_stages(machine, n) or (lean and machine == "swiglu")
+    error = _bound(n, measured_error(n, machine, two))
+    if error > POSITION_TOLERANCE:
+        raise GeometryError(f"position decoding error {error:.3f} at "
                             f"max_seq_len={n} exceeds {POSITION_TOLERANCE}")
     bank = Bank(machine, 1)
     for yk, ak, sharp in knots(n, two):
         bank.hinge(0, yk - inverse, ak, sharpness=sharp)
-    final = Interval(0.0, n - 1, True, noise=noise(machine, n))
+    final = Interval(0.0, n - 1, True, noise=error)
     if not two:
         bank.const(0, _offset(n, two))
         (count,) = bank.finish(prog, [final], name, source)

@@ -242,9 +242,10 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges)
 
 
-# every query: a query side of one value whose indicator is the constant 1 (a factor on the keys
-# alone, for selector_width(sel & [v >= p]))
-_EVERY_QUERY = selection.Side((0.0,), 0.0, "every query", (0.0,), tokens=(Lin.constant(1.0),))
+def _every_query() -> selection.Side:
+    """A query side of one value whose indicator is the constant 1: with it, a factor on the
+    keys alone (selector_width(sel & [v >= p]))."""
+    return selection.Side((0.0,), 0.0, "every query", (0.0,), tokens=(Lin.constant(1.0),))
 
 
 def _at_least(p: float) -> Callable[[Sequence[float], Sequence[float]], bool]:
@@ -277,7 +278,7 @@ def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
         points = side.values
         total = Lin()
         for t in range(1, len(points)):
-            leaf = Leaf((side,), (_EVERY_QUERY,), _at_least(points[t]), f"v >= {points[t]:g}")
+            leaf = Leaf((side,), (_every_query(),), _at_least(points[t]), f"v >= {points[t]:g}")
             k_inverse = _width_inverse(ctx, sel & leaf)
             if k_inverse is None:  # no value reaches p_t where sel selects
                 continue

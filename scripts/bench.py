@@ -232,6 +232,19 @@ def repeat_last(x: torch.Tensor) -> torch.Tensor:
     return torch.where(seen.bool(), held, tw.token("<eos>"))
 
 
+BALANCE_VOCAB = tw.Vocab("ab")
+BALANCE_PROMPTS = ["ab"]
+
+
+def balance(x: torch.Tensor) -> torch.Tensor:
+    """A whole-context mean decided at every step: 'a' while the a's are under half of the rows
+    so far (<bos> included), else 'b'. Its answer alternates and fills the context, and the
+    mean sits exactly on 1/2 at every other step: from 2048 positions it is built from exact
+    counts (lower/counts.py), and any rounding the wrong way would show in the answer."""
+    under = tw.mean(tw.is_token(x, "a")) < 0.5
+    return torch.where(under, tw.token("a"), tw.token("b"))
+
+
 def scaling_section(text: str) -> str | None:
     """The scaling section of a benchmarks.md (from its heading to the next ``## ``)."""
     start = text.find(f"\n{SCALING}\n")
@@ -310,7 +323,9 @@ def seq_len_scaling() -> list[dict]:
         "binary_increment": (lambda n: binary_increment.make(max_seq_len=n),
                              list(binary_increment.DEMOS)),
         "repeat_last (latch/shift)": (lambda n: tw.compile(repeat_last, vocab=REPEAT_VOCAB,
-                                                           max_seq_len=n), REPEAT_PROMPTS)}
+                                                           max_seq_len=n), REPEAT_PROMPTS),
+        "balance (mean)": (lambda n: tw.compile(balance, vocab=BALANCE_VOCAB, max_seq_len=n),
+                           BALANCE_PROMPTS)}
     rows = []
     for name, (make, prompts) in programs.items():
         for n in SEQ_LENS:
@@ -336,9 +351,11 @@ def seq_len_scaling() -> list[dict]:
                 directory = program.save_pretrained(Path(tmp) / "model")
                 row["tokens_per_second"] = _best_tokens_per_second(
                     directory, prompts, 5 if n <= QUICK_SEQ_LEN else 1)
+                answers = generate(directory, prompts)[0]
+            row["right"] = answers == [program.reference(p) for p in prompts]
             print(f"{name} at {n}: {row['layers']} layers, d={row['d_model']}, "
                   f"{row['parameters']:,} params, {row['seconds']:.2f}s, "
-                  f"{row['tokens_per_second']:.0f} tok/s", flush=True)
+                  f"{row['tokens_per_second']:.0f} tok/s, right: {row['right']}", flush=True)
             rows.append(row)
     return rows
 
@@ -374,23 +391,26 @@ def scaling_markdown(compile_rows: list[dict], seq_rows: list[dict]) -> str:
                   f"{r['peak_rss_mb']:,.0f} | "
                   f"{r['peak_rss_mb'] - r['start_rss_mb']:,.0f} | {r['layers']} | "
                   f"{r['d_model']} | {r['parameters']:,} | {_cpsat(r)} |")
-    md += ["", "Against max_seq_len: binary_increment (8 bits) and `repeat_last` in "
+    md += ["", "Against max_seq_len: binary_increment (8 bits), `repeat_last` in "
            "`scripts/bench.py` (a latch of a shift: after the newline, the letter before it "
-           "until max_seq_len), heuristic scheduler, compile seconds best of 3 (one compile "
-           "beyond 4096); tokens/s through transformers on one torch thread, best of 5 after "
-           "a warm-up (one run beyond 4096), on the same "
+           "until max_seq_len) and `balance` (a whole-context mean compared with 1/2 at every "
+           "step, exactly on it at every other step; counted from 2048), heuristic scheduler, "
+           "compile seconds best of 3 (one compile beyond 4096); tokens/s through transformers "
+           "on one torch thread, best of 5 after a warm-up (one run beyond 4096), on the same "
            "prompts at every length (binary_increment's demos answer 2-5 tokens, so per-call "
-           "overhead weighs; repeat_last's answer fills the context).", "",
+           "overhead weighs; repeat_last's and balance's answers fill the context). `right`: "
+           "every answer equals the reference.", "",
            "![size, compile seconds and tokens/s against max_seq_len](scaling_seq_len.png)", "",
            "| program | max_seq_len | layers | d | heads/layer | lanes/layer | parameters | "
-           "compile s | tokens/s |", "|---|---|---|---|---|---|---|---|---|"]
+           "compile s | tokens/s | right |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in seq_rows:
         if "refused" in r:
-            md.append(f"| {r['program']} | {r['max_seq_len']} | {r['refused']} |||||||")
+            md.append(f"| {r['program']} | {r['max_seq_len']} | {r['refused']} ||||||||")
             continue
         md.append(f"| {r['program']} | {r['max_seq_len']} | {r['layers']} | {r['d_model']} | "
                   f"{r['heads_per_layer']} | {r['lanes_per_layer']} | {r['parameters']:,} | "
-                  f"{r['seconds']:.2f} | {r['tokens_per_second']:.0f} |")
+                  f"{r['seconds']:.2f} | {r['tokens_per_second']:.0f} | "
+                  f"{'yes' if r['right'] else 'NO'} |")
     return "\n".join(md) + "\n"
 
 

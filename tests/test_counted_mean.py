@@ -127,3 +127,16 @@ def test_a_mean_of_many_values_keeps_the_heads_average():
 
     with pytest.raises(tw.CompileError, match="not exact"):
         tw.compile(wide, vocab=VOCAB, max_seq_len=4096).compile()
+
+
+def test_a_step_between_the_exact_mean_and_the_references_rounding_is_refused():
+    """The reference rounds S/m once at the mean's size: mean(v + 4096) is fl(4096 + k/m),
+    off the exact k/m by up to 2**-12, and subtracting 4096 exposes it. The counted mean's
+    facts carry that rounding, so a step between the two (1/3 < 2731/8192 < 683/2048) is
+    refused, not compiled to the exact side (found by review: 682 wrong positions)."""
+    def offset(x: torch.Tensor) -> torch.Tensor:
+        d = tw.mean(tw.is_token(x, "a") + 4096) - 4096
+        return tw.token("0") + (d < 2731 / 8192).long()
+
+    with pytest.raises(tw.CompileError, match="not exact"):
+        tw.compile(offset, vocab=VOCAB, max_seq_len=2048).compile()

@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.capture.errors import HeadTooSmall
 from torchwright_fx.capture.registry import current_vocab, intrinsic, resolve_callables, token_value
 from torchwright_fx.intrinsics import (
     _col,
@@ -231,7 +232,10 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     owner = id(sel) if float(default).is_integer() else ctx.name
     group = hash(("aggregate", owner)) or 1
     if counts.applies(ctx, v):  # long contexts: exact counts, not one rounded sum per row
-        return _counted_aggregate(ctx, sel, v, default, group)
+        try:
+            return _counted_aggregate(ctx, sel, v, default, group)
+        except HeadTooSmall:  # sel & [v >= p] takes one more dim than the head holds: the
+            pass  # averaging head below (its unused count heads are dead code)
     ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
                        den_group=group,
                        noise=r.noise + numerics.mean_noise(n) * max(r.magnitude, abs(default)),

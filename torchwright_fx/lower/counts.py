@@ -29,6 +29,7 @@ from torchwright_fx.ops import position as decoder
 from torchwright_fx.ops.numerics import (
     COUNTED_MEAN_PRODUCT,
     COUNTED_MEAN_VALUES,
+    FP32_UNIT,
     HEAD_RECIPROCAL_ERROR,
     WIDTH_GAIN,
 )
@@ -38,8 +39,11 @@ def applies(ctx: LowerCtx, v: Stream) -> bool:
     """Whether tw.mean(v, ...) is built from counts: SwiGLU (its products are exact up to
     rounding), where numerics.counts_mean holds, every column whole-valued, and fewer than
     COUNTED_MEAN_VALUES value steps in all (one count head and a lean decoder each)."""
-    return (ctx.prog.machine == "swiglu" and numerics.counts_mean(ctx.geom.max_seq_len)
-            and all(r.integral and r.finite and r.rounding <= ONCE for r in v.ranges)
+    n = ctx.geom.max_seq_len
+    # the reference sums whole numbers exactly while every partial sum stays below 2**24
+    return (ctx.prog.machine == "swiglu" and numerics.counts_mean(n)
+            and all(r.integral and r.finite and r.rounding <= ONCE
+                    and r.magnitude * n < 1 / FP32_UNIT for r in v.ranges)
             and sum(r.hi - r.lo for r in v.ranges) < COUNTED_MEAN_VALUES)
 
 
@@ -89,7 +93,11 @@ def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
     ``empty = (m, value)``: ``value`` where the count m is 0. ``rng``: v's facts."""
     n = ctx.geom.max_seq_len
     spread = points[-1] - points[0]
-    noise = spread * ((1 + recip_error) * (1 + COUNTED_MEAN_PRODUCT) - 1)
+    # the lanes' error, and the reference's own rounding of S/m at the mean's size: the facts
+    # bound the compiled value against the exact mean, and a step between the exact mean and
+    # fl(S/m) (which a later affine form can expose: mean(v + 4096) - 4096) must be refused
+    noise = spread * ((1 + recip_error) * (1 + COUNTED_MEAN_PRODUCT) - 1) + \
+        max(abs(rng.lo), abs(rng.hi), abs(empty[1]) if empty else 0.0) * FP32_UNIT
     # the reference divides a sum of whole numbers once (ONCE)
     rounding = ONCE if rng.rounding == EXACT else INEXACT
     lo, hi = rng.lo, rng.hi

@@ -48,3 +48,35 @@ def test_a_gap_below_the_noise_is_refused_unless_approximations_are_accepted():
     with ffn.recording_approximations(log):
         assert ffn.step_ramp(ffn.Step(0.5, True), fs) == (0.5, 0.5 + ffn.RAMP_WIDTH)
     assert len(log) == 1 and "averaging noise" in log[0]
+
+
+def test_a_threshold_a_once_rounded_value_lands_on_is_refused():
+    """A mean of 1/3 is fl(1/3) = 0.3333333432674408 in the fp32 reference, so `mean <
+    0.3333333432674408` is false there and true in exact arithmetic: refused (it compiled
+    and was wrong at 20 of 60 positions before); likewise x / 10 against fl(0.3). Simple
+    thresholds stay exact."""
+    import numpy as np
+    import torch
+
+    import torchwright_fx as tw
+
+    vocab = tw.Vocab("ab")
+    third = float(np.float32(1 / 3))
+
+    def below_third(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(tw.mean(tw.is_token(x, "a")) < third, tw.token("a"), tw.token("b"))
+
+    def tenths(x: torch.Tensor) -> torch.Tensor:
+        n = tw.steps_since(tw.is_token(x, "a")) / 10
+        return torch.where(n < float(np.float32(0.3)), tw.token("a"), tw.token("b"))
+
+    for fn in (below_third, tenths):
+        with pytest.raises(tw.CompileError, match="within fp32's rounding"):
+            tw.compile(fn, vocab=vocab, max_seq_len=64).compile()
+
+    def below_half(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(tw.mean(tw.is_token(x, "a")) < 0.5, tw.token("a"), tw.token("b"))
+
+    program = tw.compile(below_half, vocab=vocab, max_seq_len=64).compile()
+    ids = vocab.encode("ab" * 31)
+    assert torch.equal(program.logits(ids).argmax(-1), program.traced.run(ids).long())

@@ -7,8 +7,11 @@ reference reaches ``INEXACT``ly (rounded more than once, or through a constant f
 hold) and only when one of its attainable exact values sits exactly on a threshold of the
 step: away from the thresholds the lattice spacing dwarfs fp32 rounding. A value rounded once
 (a mean k/n, x / 10) cannot cross a threshold that fp32 holds, since rounding is monotone
-and keeps representable numbers, so ``ONCE`` values are safe; a ``PAIR`` (the sum of two of
-them, as in mean(a) - 2 * mean(b)) is safe at 0, whose side one rounding cannot change.
+and keeps representable numbers, but it can land *on* it: the mean 1/3 rounds to
+fl(1/3) = 0.3333333432674408, so ``mean < fl(1/3)`` is false in the reference and true in
+exact arithmetic. ``landing`` refuses a threshold with an attainable value other than itself
+within one fp32 spacing of it; a ``PAIR`` (the sum of two ONCE values, as in
+mean(a) - 2 * mean(b)) is safe at 0, whose side one rounding cannot change.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from torchwright_fx.ir.ranges import INEXACT, PAIR, Interval, read_float
+from torchwright_fx.ir.ranges import INEXACT, ONCE, PAIR, Interval, read_float
 from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
 from torchwright_fx.ops.numerics import TIE_SCAN_LIMIT
 
@@ -54,8 +57,76 @@ def tie(rng: Interval, values: Grid | Fractions | None,
     return min(found, key=lambda t: (t == 0, abs(t))) if found else None  # 0: the least telling
 
 
+def _neighbours(t: Fraction, values: Grid | Fractions) -> tuple[Fraction, Fraction]:
+    """The attainable values nearest t strictly below and strictly above it."""
+    if isinstance(values, Grid):
+        below = values.at_or_below(t)
+        return (below - values.spacing if below == t else below), values.above(t)
+    return Fraction(values.below(t, True)), Fraction(values.above(t, True))
+
+
+def _reach(t: Fraction) -> Fraction:
+    """How far from t an exact value may be and still round to fp32's value of t: one fp32
+    spacing (twice the rounding's reach, and safe across a power of two)."""
+    return Fraction(float(np.spacing(np.abs(np.float32(float(t))))))
+
+
+def _lands(t: Fraction, rng: Interval, values: Grid | Fractions) -> bool:
+    lo, hi = Fraction(rng.lo), Fraction(rng.hi)
+    below, above = _neighbours(t, values)
+    reach = _reach(t)
+    return (lo <= below and t - below <= reach) or (above <= hi and above - t <= reach)
+
+
+def _distance_bound(first: Fraction, period: Fraction, values: Grid | Fractions) -> Fraction:
+    """A lower bound on |x - t| != 0 over attainable x and thresholds first + n * period: the
+    differences are rationals whose denominator divides this lcm."""
+    if isinstance(values, Grid):
+        dens = [(values.offset - first).denominator, period.denominator,
+                values.spacing.denominator]
+        scale = 1
+    else:
+        dens = [(values.offset - first).denominator, period.denominator,
+                values.scale.denominator]
+        scale = values.max_den  # k/j with j <= max_den
+    return Fraction(1, math.lcm(*dens) * scale)
+
+
+def landing(rng: Interval, values: Grid | Fractions | None,
+            thresholds: list[Fraction] | tuple[Fraction, Fraction]) -> Fraction | None:
+    """A threshold that an attainable value other than itself reaches by the reference's one
+    fp32 rounding (a ONCE value), else None."""
+    if rng.rounding != ONCE or values is None or not rng.finite:
+        return None
+    if isinstance(values, Fractions) and values.scale == 0:
+        return None
+    if isinstance(thresholds, tuple):
+        first, period = thresholds
+        top = Fraction(max(abs(rng.lo), abs(rng.hi)) + 1.0)
+        if _distance_bound(first, period, values) > 2 * top * Fraction(2.0 ** -23):
+            return None  # no attainable value comes within fp32's reach of any threshold
+        lo = first + math.ceil((Fraction(rng.lo) - first) / period) * period
+        count = math.floor((Fraction(rng.hi) - lo) / period) + 1
+        if count > TIE_SCAN_LIMIT:
+            return lo
+        thresholds = [lo + i * period for i in range(max(count, 0))]
+    for t in thresholds:
+        if _lands(t, rng, values):
+            return t
+    return None
+
+
 def refuse_ties(rng: Interval, values: Grid | Fractions | None,
                 thresholds: list[Fraction] | tuple[Fraction, Fraction], what: str) -> None:
+    t = landing(rng, values, thresholds)
+    if t is not None:
+        raise RangeError(
+            f"not exact: {what} has a threshold at {float(t)!r}, and the value can be within "
+            "fp32's rounding of it without being it (a mean of 1/3 is 0.3333333432674408 in "
+            "fp32): the reference, which rounds the value once, may land on the threshold "
+            "and decide differently from exact arithmetic; use a threshold halfway between "
+            "the values the stream takes (a simple fraction such as 1/2 or 3/10), or compare "
+            "whole numbers (a count instead of a mean)")
     t = tie(rng, values, thresholds)
     if t is not None:
         raise RangeError(

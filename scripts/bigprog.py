@@ -307,15 +307,12 @@ def measure(prog: BigProgram, optimize: int = 0, **options: Any) -> dict[str, An
     from torchwright_fx import pipeline
     from torchwright_fx.emit.emitter import emit
     from torchwright_fx.emit.placement import place
-    from torchwright_fx.lower.lowering import lower
-    from torchwright_fx.ops.attention import Geometry
     from torchwright_fx.passes.dce import eliminate_dead
     from torchwright_fx.passes.fold_embedding import fold_embedding
     from torchwright_fx.schedule import bounds, columns, heuristic
 
     options.setdefault("max_seq_len", prog.max_seq_len)
     opts = pipeline.Options(optimize=optimize, progress=False, **options)
-    geom = Geometry(opts.d_head, opts.max_seq_len)
     fn = prog.function()
     seconds: dict[str, float] = {}
     cpu: dict[str, float] = {}  # process CPU seconds: steadier than wall-clock on a busy machine
@@ -330,8 +327,7 @@ def measure(prog: BigProgram, optimize: int = 0, **options: Any) -> dict[str, An
         return out
 
     gm = timed("trace", lambda: pipeline.trace(fn, prog.vocab))
-    p = timed("lower", lambda: lower(gm, prog.vocab, geom, opts.machine, opts.exact,
-                                     opts.output == "code"))
+    p, geom, _ = timed("lower", lambda: pipeline.sized_lowering(gm, prog.vocab, opts))
     p = timed("passes", lambda: eliminate_dead(fold_embedding(p)))
 
     def schedule() -> Any:

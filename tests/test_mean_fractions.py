@@ -80,3 +80,27 @@ def test_a_threshold_a_once_rounded_value_lands_on_is_refused():
     program = tw.compile(below_half, vocab=vocab, max_seq_len=64).compile()
     ids = vocab.encode("ab" * 31)
     assert torch.equal(program.logits(ids).argmax(-1), program.traced.run(ids).long())
+
+
+def test_a_landing_at_the_ends_of_the_range_is_refused():
+    """The range's float ends round the exact ends (0.1 is above 1/10): the value 1/10 of
+    (steps + 1) / 10 lands on fl(0.1), and a table's 0.7 on fl(0.7) (both compiled and were
+    wrong at 103 and 36 positions, found by review)."""
+    import numpy as np
+    import torch
+
+    import torchwright_fx as tw
+
+    vocab = tw.Vocab("ab0")
+
+    def tenth(x: torch.Tensor) -> torch.Tensor:
+        n = (tw.steps_since(tw.is_token(x, "a")) + 1) / 10
+        return torch.where(n >= float(np.float32(0.1)), tw.token("a"), tw.token("b"))
+
+    def table(x: torch.Tensor) -> torch.Tensor:
+        v = tw.lookup(x, {"a": 0.7, "b": 0.5, "0": 0.3})
+        return torch.where(v > float(np.float32(0.7)), tw.token("a"), tw.token("b"))
+
+    for fn in (tenth, table):
+        with pytest.raises(tw.CompileError, match="within fp32's rounding"):
+            tw.compile(fn, vocab=vocab, max_seq_len=64).compile()

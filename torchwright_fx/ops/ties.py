@@ -72,7 +72,8 @@ def _reach(t: Fraction) -> Fraction:
 
 
 def _lands(t: Fraction, rng: Interval, values: Grid | Fractions) -> bool:
-    lo, hi = Fraction(rng.lo), Fraction(rng.hi)
+    slack = Fraction(abs(rng.lo) + abs(rng.hi) + 1.0) * Fraction(1, 1 << 20)  # float ends
+    lo, hi = Fraction(rng.lo) - slack, Fraction(rng.hi) + slack
     below, above = _neighbours(t, values)
     reach = _reach(t)
     return (lo <= below and t - below <= reach) or (above <= hi and above - t <= reach)

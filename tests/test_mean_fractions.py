@@ -104,3 +104,36 @@ def test_a_landing_at_the_ends_of_the_range_is_refused():
     for fn in (tenth, table):
         with pytest.raises(tw.CompileError, match="within fp32's rounding"):
             tw.compile(fn, vocab=vocab, max_seq_len=64).compile()
+
+
+def test_landings_after_several_roundings_and_between_streams_are_refused():
+    """Found by review, each compiled and wrong before: a sum of two means against fl(2/3)
+    (a PAIR), three times a mean against fl(3/7) (INEXACT: fl(fl(1/7) * 3) crosses it), and
+    two streams rounded once that can meet in fp32 without being equal (n / 10 against a
+    table holding fl(1.1))."""
+    import numpy as np
+    import torch
+
+    import torchwright_fx as tw
+
+    vocab = tw.Vocab("ab0")
+
+    def f32(v: float) -> float:
+        return float(np.float32(v))
+
+    def pair(x: torch.Tensor) -> torch.Tensor:
+        s = tw.mean(tw.is_token(x, "a")) + tw.mean(tw.is_token(x, "b"))
+        return torch.where(s >= f32(2 / 3), tw.token("a"), tw.token("b"))
+
+    def inexact(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(tw.mean(tw.is_token(x, "a")) * 3 >= f32(3 / 7), tw.token("a"),
+                           tw.token("b"))
+
+    def streams(x: torch.Tensor) -> torch.Tensor:
+        n = tw.steps_since(tw.is_token(x, "a")) / 10
+        b = tw.lookup(x, {"0": f32(1.1) - 1}, default=f32(1.1))
+        return torch.where(n >= b, tw.token("a"), tw.token("b"))
+
+    for fn in (pair, inexact, streams):
+        with pytest.raises(tw.CompileError, match="within fp32's rounding"):
+            tw.compile(fn, vocab=vocab, max_seq_len=64).compile()

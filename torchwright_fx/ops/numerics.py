@@ -234,6 +234,12 @@ TWO_STAGE_LENGTH = 4096
 RECIPROCAL_CHORD = 5e-4
 
 # -- ties (ops/ties.py) ----------------------------------------------------------------------------
+# How many fp32 spacings (at the operands' size) the reference's value may stray from the exact
+# one, by how it was reached (ir/ranges.py: EXACT, ONCE, PAIR, INEXACT): one rounding, a sum of
+# two rounded values and its own rounding, and for INEXACT (several roundings, or constants
+# fp32 cannot hold) a generous count; a threshold with an attainable value this close is
+# refused (ops/ties.py: landing). Simple thresholds sit far farther from every value.
+LANDING_SPACINGS = (0, 1, 3, 64)
 TIE_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed possible
 
 # -- the output (api.py: the reference) ------------------------------------------------------------

@@ -21,9 +21,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from torchwright_fx.ir.ranges import INEXACT, ONCE, PAIR, Interval, read_float
+from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval, read_float
 from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
-from torchwright_fx.ops.numerics import TIE_SCAN_LIMIT
+from torchwright_fx.ops.numerics import LANDING_SPACINGS, TIE_SCAN_LIMIT
 
 
 def _attainable(t: Fraction, rng: Interval, values: Grid | Fractions | None) -> bool:
@@ -65,17 +65,26 @@ def _neighbours(t: Fraction, values: Grid | Fractions) -> tuple[Fraction, Fracti
     return Fraction(values.below(t, True)), Fraction(values.above(t, True))
 
 
-def _reach(t: Fraction) -> Fraction:
-    """How far from t an exact value may be and still round to fp32's value of t: one fp32
-    spacing (twice the rounding's reach, and safe across a power of two)."""
-    return Fraction(float(np.spacing(np.abs(np.float32(float(t))))))
+def _spacing(x: float) -> Fraction:
+    return Fraction(float(np.spacing(np.abs(np.float32(x)))))
 
 
-def _lands(t: Fraction, rng: Interval, values: Grid | Fractions) -> bool:
+def _reach(t: Fraction, rng: Interval, scale: float | None) -> Fraction:
+    """How far from t an exact value may be and still reach fp32's value of t in the
+    reference: one fp32 spacing at t for a value rounded once (twice the rounding's reach,
+    safe across a power of two); for more roundings, LANDING_SPACINGS spacings at the size of
+    the operands (``scale``, else the value's range), which may exceed the value's own."""
+    if rng.rounding == ONCE and scale is None:
+        return _spacing(float(t))
+    size = max(abs(float(t)), abs(rng.lo), abs(rng.hi), scale or 0.0)
+    return LANDING_SPACINGS[min(rng.rounding, INEXACT)] * _spacing(size)
+
+
+def _lands(t: Fraction, rng: Interval, values: Grid | Fractions, scale: float | None) -> bool:
     slack = Fraction(abs(rng.lo) + abs(rng.hi) + 1.0) * Fraction(1, 1 << 20)  # float ends
     lo, hi = Fraction(rng.lo) - slack, Fraction(rng.hi) + slack
     below, above = _neighbours(t, values)
-    reach = _reach(t)
+    reach = _reach(t, rng, scale)
     return (lo <= below and t - below <= reach) or (above <= hi and above - t <= reach)
 
 
@@ -94,17 +103,19 @@ def _distance_bound(first: Fraction, period: Fraction, values: Grid | Fractions)
 
 
 def landing(rng: Interval, values: Grid | Fractions | None,
-            thresholds: list[Fraction] | tuple[Fraction, Fraction]) -> Fraction | None:
-    """A threshold that an attainable value other than itself reaches by the reference's one
-    fp32 rounding (a ONCE value), else None."""
-    if rng.rounding != ONCE or values is None or not rng.finite:
+            thresholds: list[Fraction] | tuple[Fraction, Fraction],
+            scale: float | None = None) -> Fraction | None:
+    """A threshold that an attainable value other than itself may reach by the reference's
+    fp32 rounding (a value not reached EXACTly), else None. ``scale``: the size of the
+    operands the reference rounded (a comparison of two streams: the larger side's)."""
+    if rng.rounding == EXACT or values is None or not rng.finite:
         return None
     if isinstance(values, Fractions) and values.scale == 0:
         return None
     if isinstance(thresholds, tuple):
         first, period = thresholds
-        top = Fraction(max(abs(rng.lo), abs(rng.hi)) + 1.0)
-        if _distance_bound(first, period, values) > 2 * top * Fraction(2.0 ** -23):
+        top = max(abs(rng.lo), abs(rng.hi), scale or 0.0) + 1.0
+        if _distance_bound(first, period, values) > 2 * _reach(Fraction(top), rng, top):
             return None  # no attainable value comes within fp32's reach of any threshold
         lo = first + math.ceil((Fraction(rng.lo) - first) / period) * period
         count = math.floor((Fraction(rng.hi) - lo) / period) + 1
@@ -112,19 +123,20 @@ def landing(rng: Interval, values: Grid | Fractions | None,
             return lo
         thresholds = [lo + i * period for i in range(max(count, 0))]
     for t in thresholds:
-        if _lands(t, rng, values):
+        if _lands(t, rng, values, scale):
             return t
     return None
 
 
 def refuse_ties(rng: Interval, values: Grid | Fractions | None,
-                thresholds: list[Fraction] | tuple[Fraction, Fraction], what: str) -> None:
-    t = landing(rng, values, thresholds)
+                thresholds: list[Fraction] | tuple[Fraction, Fraction], what: str,
+                scale: float | None = None) -> None:
+    t = landing(rng, values, thresholds, scale)
     if t is not None:
         raise RangeError(
             f"not exact: {what} has a threshold at {float(t)!r}, and the value can be within "
             "fp32's rounding of it without being it (a mean of 1/3 is 0.3333333432674408 in "
-            "fp32): the reference, which rounds the value once, may land on the threshold "
+            "fp32): the reference, which rounds in fp32, may land on the threshold "
             "and decide differently from exact arithmetic; use a threshold halfway between "
             "the values the stream takes (a simple fraction such as 1/2 or 3/10), or compare "
             "whole numbers (a count instead of a mean)")

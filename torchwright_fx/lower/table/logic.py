@@ -40,6 +40,7 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     w = ctx.out_width
     if op in ("lt", "le"):
         a, b, op = b, a, {"lt": "gt", "le": "ge"}[op]
+    scales: list[float | None] = [None] * w
     if is_const(b):
         x, ts = to_stream(a, w), const_vector(b, w)
     elif is_const(a):
@@ -47,18 +48,22 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     else:
         y = to_stream(b, w)
         x = _add(ctx, a, _scale(y, [-1.0] * w))
-        # the reference compares a with b, never forms a - b: rounding is monotone, so only
-        # a side reached INEXACTly can disagree with the exact comparison
-        x = Stream(x.cols, [d.with_rounding(EXACT if max(p.rounding, q.rounding) <= ONCE
-                                            else INEXACT)
-                            for d, p, q in zip(x.ranges, to_stream(a, w).ranges, y.ranges,
-                                               strict=True)])
+        # the reference compares a with b, never forms a - b: rounding is monotone, so it
+        # agrees with the exact comparison unless a side reached inexactly crosses the other,
+        # or two values rounded once land on the same fp32 number (a != b, fl(a) == fl(b));
+        # ties and landings of a - b at 0 are judged at the size of the larger side
+        pairs = zip(x.ranges, to_stream(a, w).ranges, y.ranges, strict=True)
+        x = Stream(x.cols, [d.with_rounding(EXACT if max(p.rounding, q.rounding) == EXACT
+                                            else ONCE if max(p.rounding, q.rounding) == ONCE
+                                            else INEXACT) for d, p, q in pairs])
+        scales = [max(p.magnitude, q.magnitude) for p, q in
+                  zip(to_stream(a, w).ranges, y.ranges, strict=True)]
         ts = [0.0] * w
     fs = []
     with user_errors(ctx):
-        for c, r, t in zip(x.cols, x.ranges, ts, strict=True):
+        for c, r, t, scale in zip(x.cols, x.ranges, ts, scales, strict=True):
             values = value_set(ctx, c, r)
-            refuse_ties(r, values, [read_float(t)], "this comparison")
+            refuse_ties(r, values, [read_float(t)], "this comparison", scale)
             refuse_unheld_constant(t, r, values, "this comparison")
             fs.append(_compare_pwl(op, t, values))
             ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)

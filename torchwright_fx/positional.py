@@ -75,20 +75,13 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
     if where.width != 1 or not where.ranges[0].is_bool:
         raise ctx.error("`where` must be a 0/1 stream of width 1")
     _need_gate(ctx, where.ranges[0], "`where`")
-    bos_where = ctx.bos_row(arg_index, "where")
-    at_bos = float(bos_where.reshape(-1)[0]) if bos_where is not None else 0.0
-    return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - at_bos))
+    return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - _where_at_bos(ctx, arg_index)))
 
 
-def _row_at_bos(ctx: LowerCtx, v: Stream) -> list[float]:
-    """v's values at <bos> (known at compile time)."""
-    row = ctx.bos_row(0, "v")
-    if row is not None:
-        vals = [float(x) for x in row.reshape(-1)]
-        return vals * v.width if len(vals) == 1 else vals
-    if all(not c.terms for c in v.cols):
-        return [float(c.const) for c in v.cols]
-    raise ctx.error("the value of `v` at <bos> is unknown")
+def _where_at_bos(ctx: LowerCtx, arg_index: int) -> float:
+    """``where`` at <bos> as 0/1 (0 when unknown: the <bos> row then counts as not valid)."""
+    row = ctx.bos_row(arg_index, "where")
+    return float(float(row.reshape(-1)[0]) > 0.5) if row is not None else 0.0
 
 
 ALL_POSITIONS = -1  # the den_group of a mean without `where`: its count is position + 1
@@ -101,10 +94,9 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
     group = ALL_POSITIONS if where is None else \
         hash((tuple(sorted(valid.terms.items())), valid.const)) or 1  # same positions
     if counts.applies(ctx, v):  # long contexts: exact counts, not one rounded sum per row
-        w_row = None if where is None else ctx.bos_row(1, "where")
-        w_at_bos = 1.0 if where is None else \
-            float(w_row.reshape(-1)[0] > 0.5) if w_row is not None else 0.0
-        return counts.counted_mean(ctx, v, where, _row_at_bos(ctx, v), w_at_bos, group)
+        w_at_bos = 1.0 if where is None else _where_at_bos(ctx, 1)
+        return counts.counted_mean(ctx, v, where, selection.row_at_bos(ctx, v, 0, "v"),
+                                   w_at_bos, group)
     # the reference divides a sum of whole numbers once (ONCE), else sums rounded values
     ranges = [Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
                        noise=r.noise + numerics.mean_noise(n) * r.magnitude,

@@ -191,15 +191,7 @@ def _heads(ctx: LowerCtx, q: list[Lin], k: list[Lin], values: list[Lin],
 
 def _with_default(ctx: LowerCtx, v: Stream, default: float) -> list[Lin]:
     """v with its <bos> row replaced by ``default`` (the fallback the head reads)."""
-    row = ctx.bos_row(1, "v")
-    if row is None:
-        at_bos = [float(c.const) for c in v.cols] if all(not c.terms for c in v.cols) else None
-        if at_bos is None:
-            raise ctx.error("the value of `v` at <bos> is unknown")
-    else:
-        at_bos = [float(x) for x in row.reshape(-1)]
-        if len(at_bos) == 1 and v.width > 1:
-            at_bos *= v.width
+    at_bos = selection.row_at_bos(ctx, v, 1, "v")
     bos = bos_indicator(ctx)
     return [c + bos * (default - b) for c, b in zip(v.cols, at_bos, strict=True)]
 
@@ -256,17 +248,6 @@ def _at_least(p: float) -> Callable[[Sequence[float], Sequence[float]], bool]:
     return lambda kv, qv: kv[0] >= p
 
 
-def _at_bos(ctx: LowerCtx, v: Stream, c: int) -> float:
-    """Column c of aggregate's ``v`` at <bos> (the selection's keys drop that row)."""
-    row = ctx.bos_row(1, "v")
-    if row is not None:
-        values = row.reshape(-1)
-        return float(values[c if len(values) > 1 else 0])
-    if not v.cols[c].terms:
-        return float(v.cols[c].const)
-    raise ctx.error("the value of `v` at <bos> is unknown")
-
-
 def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
                        group: int) -> Stream:
     """aggregate from exact counts (lower/counts.py): m = selector_width(sel) and, per value
@@ -277,17 +258,19 @@ def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
     m = counts.exact_count(ctx, inverse, "rows")
     recip, recip_error = counts.reciprocal(ctx, m)
     cols, ranges = [], []
+    at_bos = selection.row_at_bos(ctx, v, 1, "v")  # the selection's keys drop that row
     for c, (col, rng) in enumerate(zip(v.cols, v.ranges, strict=True)):
-        side = selection.stream_side(ctx, col, rng, _at_bos(ctx, v, c), f"v[{c}]", "values")
+        side = selection.stream_side(ctx, col, rng, at_bos[c], f"v[{c}]", "values")
         points = side.values
-        total = Lin()
-        for t in range(1, len(points)):
-            leaf = Leaf((side,), (_every_query(),), _at_least(points[t]), f"v >= {points[t]:g}")
-            k_inverse = _width_inverse(ctx, sel & leaf)
-            if k_inverse is None:  # no value reaches p_t where sel selects
-                continue
-            k_t = counts.exact_count(ctx, k_inverse, f"count{c}_{t}")
-            total = total + k_t * (points[t] - points[t - 1])
+
+        def at_least(t: int, c: int = c, side: selection.Side = side) -> Lin | None:
+            leaf = Leaf((side,), (_every_query(),), _at_least(side.values[t]),
+                        f"v >= {side.values[t]:g}")
+            k_inverse = _width_inverse(ctx, sel & leaf)  # None: no selected value reaches it
+            return None if k_inverse is None else \
+                counts.exact_count(ctx, k_inverse, f"count{c}_{t}")
+
+        total = counts.step_sum(points, at_least)
         mean, out = counts.quotient(ctx, points, total, recip, recip_error, (m, default),
                                     rng, group)
         cols.append(mean)

@@ -19,6 +19,8 @@ its range at any length, against 5e-4 for the head's average at 16384.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
 from torchwright_fx.lower import selection, table
@@ -85,6 +87,17 @@ def reciprocal(ctx: LowerCtx, m: Lin) -> tuple[Lin, float]:
     return recip, decoder.reciprocal_error(n)
 
 
+def step_sum(points: tuple[float, ...], at_least: Callable[[int], Lin | None]) -> Lin:
+    """sum_t (p_t - p_{t-1}) K_t for t >= 1, K_t = ``at_least(t)`` the exact number of
+    averaged rows with v >= p_t (None: none can be): the exact sum of v - p_0 over them."""
+    total = Lin()
+    for t in range(1, len(points)):
+        k_t = at_least(t)
+        if k_t is not None:
+            total = total + k_t * (points[t] - points[t - 1])
+    return total
+
+
 def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
              recip_error: float, empty: tuple[Lin, float] | None, rng: Interval,
              group: int) -> tuple[Lin, Interval]:
@@ -149,12 +162,13 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
         def averaged(tup: tuple[float, ...], at_least: float) -> bool:
             return tup[-1] >= at_least and (len(tup) == 1 or tup[0] == 1.0)
 
-        total = Lin()  # the sum of v - p_0 over the averaged rows: a whole number
-        for t in range(1, len(points)):
+        def at_least(t: int, c: int = c, enc: selection.Encoded = enc,
+                     at: tuple[float, ...] = at, points: tuple[float, ...] = points) -> Lin:
             members = [i for i, tup in enumerate(enc.values) if averaged(tup, points[t])]
-            k_t, _ = count(ctx, enc.indicator(members), float(averaged(at, points[t])),
-                           f"count{c}_{t}")
-            total = total + k_t * (points[t] - points[t - 1])
+            return count(ctx, enc.indicator(members), float(averaged(at, points[t])),
+                         f"count{c}_{t}")[0]
+
+        total = step_sum(points, at_least)
         empty = None if m is None or where_at_bos == 1.0 else (m, v_at_bos[c])
         mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group)
         cols.append(mean)

@@ -46,6 +46,17 @@ def value_at_bos(ctx: LowerCtx, arg_index: int, what: str) -> float:
     raise ctx.error(f"the value of select's {what} at <bos> is unknown")
 
 
+def row_at_bos(ctx: LowerCtx, s: Stream, arg_index: int, kwarg: str) -> list[float]:
+    """The values of stream argument ``s`` at <bos>, one per column (known at compile time)."""
+    row = ctx.bos_row(arg_index, kwarg)
+    if row is not None:
+        values = [float(x) for x in row.reshape(-1)]
+        return values * s.width if len(values) == 1 else values
+    if all(not c.terms for c in s.cols):
+        return [float(c.const) for c in s.cols]
+    raise ctx.error(f"the value of `{kwarg}` at <bos> is unknown")
+
+
 @dataclass(frozen=True)
 class Side:
     """One key or query stream: its values, and 0/1 indicator columns of sets of them built on

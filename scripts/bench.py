@@ -240,7 +240,7 @@ def balance(x: torch.Tensor) -> torch.Tensor:
     """A whole-context mean decided at every step: 'a' while the a's are under half of the rows
     so far (<bos> included), else 'b'. Its answer alternates and fills the context, and the
     mean sits exactly on 1/2 at every other step: from 2048 positions it is built from exact
-    counts (lower/counts.py), and any rounding the wrong way would show in the answer."""
+    counts (families/counts.py), and any rounding the wrong way would show in the answer."""
     under = tw.mean(tw.is_token(x, "a")) < 0.5
     return torch.where(under, tw.token("a"), tw.token("b"))
 

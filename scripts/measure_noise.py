@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_ops_helpers import Claim, Probe, fp32, run_probes  # noqa: E402
 
 import torchwright_fx as tw  # noqa: E402
+from torchwright_fx.base import numerics  # noqa: E402
+from torchwright_fx.base.numerics import RAMP_WIDTH, SILU_SCALE  # noqa: E402
 from torchwright_fx.ir.graph import MachineKind  # noqa: E402
-from torchwright_fx.ops import numerics  # noqa: E402
-from torchwright_fx.ops.numerics import RAMP_WIDTH, SILU_SCALE  # noqa: E402
 
 JSON_PATH = ROOT / "docs" / "op_noise.json"
 MD_PATH = ROOT / "docs" / "numerical_noise.md"

@@ -1,4 +1,4 @@
-"""tw.mean of whole numbers from exact counts (lower/counts.py): from 2048 positions a head's
+"""tw.mean of whole numbers from exact counts (families/counts.py): from 2048 positions a head's
 average rounds too much for any comparison of it to be exact, so the mean is rebuilt from
 count heads (exact after a snap), the reciprocal of the row count and one product."""
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import torchwright_fx as tw
-from torchwright_fx.ops import numerics, position
+from torchwright_fx.base import numerics
+from torchwright_fx.ops import position
 
 VOCAB = tw.Vocab("0123456789ab\n")
 

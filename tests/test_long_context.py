@@ -1,6 +1,6 @@
 """Long contexts (issue 18): shift, latch, steps_since and mean compiled at max_seq_len 16384
 and run through transformers on prompts of 16,000 tokens (the means compared exactly: they are
-built from counts, lower/counts.py).
+built from counts, families/counts.py).
 
 Beyond 2048 positions the heads carry 6 rotary dims (a fine plane sharpens a shift's peak),
 the recency lobe is phased so that its logits grow linearly in the length, and the position
@@ -15,7 +15,8 @@ import torch
 from conftest import load_hf
 
 import torchwright_fx as tw
-from torchwright_fx.ops import numerics, position
+from torchwright_fx.base import numerics
+from torchwright_fx.ops import position
 
 LENGTH = 16384
 VOCAB = tw.Vocab("0123456789ab=\n")

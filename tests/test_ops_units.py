@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from test_ops_helpers import Claim, Probe, fp32, run_probes
 
 import torchwright_fx as tw
-from torchwright_fx.ops import numerics
-from torchwright_fx.ops.numerics import RAMP_WIDTH
+from torchwright_fx.base import numerics
+from torchwright_fx.base.numerics import RAMP_WIDTH
 
 NOISE = json.loads((Path(__file__).resolve().parents[1] / "docs" / "op_noise.json").read_text())
 N = 24  # points per case (cases with fewer points repeat them)

@@ -17,6 +17,7 @@ from conftest import lin_value, load_hf
 
 import torchwright_fx as tw
 from torchwright_fx.backends import runtime
+from torchwright_fx.base.numerics import SNAP_LIMIT, SNAP_NOISE
 from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.placement import place
 from torchwright_fx.ir.graph import Program
@@ -25,7 +26,6 @@ from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import SNAP_LIMIT, SNAP_NOISE
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.schedule import columns, heuristic
 

@@ -16,7 +16,7 @@ import torch.fx
 
 import torchwright_fx as tw
 from torchwright_fx import pipeline
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.graph import EMBED, FFN, Head
 

@@ -14,7 +14,7 @@ import itertools
 import pytest
 from conftest import ShapeBuilder
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import EMBED, Head, Program
 from torchwright_fx.ir.ranges import Interval

@@ -3,10 +3,10 @@
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
-from torchwright_fx.capture.errors import CompileError, TorchwrightError
+from torchwright_fx.base.errors import CompileError, TorchwrightError
 from torchwright_fx.capture.registry import using_vocab
-from torchwright_fx.functions import piecewise, reciprocal
-from torchwright_fx.intrinsics import (
+from torchwright_fx.families.functions import piecewise, reciprocal
+from torchwright_fx.families.intrinsics import (
     check,
     claim,
     code,
@@ -16,9 +16,15 @@ from torchwright_fx.intrinsics import (
     shift,
     token,
 )
-from torchwright_fx.positional import argmax, argmin, gather, mean, position, steps_since
-from torchwright_fx.selectors import aggregate, select, select_latest, selector_width
-from torchwright_fx.tables import digits_to_number, equals, lookup, lookup2, number_to_digits
+from torchwright_fx.families.positional import argmax, argmin, gather, mean, position, steps_since
+from torchwright_fx.families.selectors import aggregate, select, select_latest, selector_width
+from torchwright_fx.families.tables import (
+    digits_to_number,
+    equals,
+    lookup,
+    lookup2,
+    number_to_digits,
+)
 from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 

@@ -16,19 +16,19 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.backends import card, circuit, hf, runtime
-from torchwright_fx.capture.errors import (
+from torchwright_fx.base.errors import (
     CompileError,
     InputError,
     TorchwrightError,
     node_source,
     op_name,
 )
+from torchwright_fx.base.numerics import AUTO_D_HEAD, CODE_TOLERANCE
 from torchwright_fx.capture.propagate import shape
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
-from torchwright_fx.ops.numerics import AUTO_D_HEAD, CODE_TOLERANCE
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.vocab import Vocab
 

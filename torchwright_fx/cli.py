@@ -26,7 +26,7 @@ from typing import Any
 
 from torchwright_fx.api import Compiled
 from torchwright_fx.api import compile as compile_program
-from torchwright_fx.capture.errors import TorchwrightError
+from torchwright_fx.base.errors import TorchwrightError
 from torchwright_fx.vocab import Vocab
 
 

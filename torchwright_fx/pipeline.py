@@ -16,7 +16,8 @@ from typing import Any
 import torch.fx
 
 from torchwright_fx import progress
-from torchwright_fx.capture.errors import CompileError, HeadTooSmall
+from torchwright_fx.base.errors import CompileError, HeadTooSmall
+from torchwright_fx.base.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit.emitter import emit
@@ -26,7 +27,6 @@ from torchwright_fx.ir.graph import MachineKind, Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.ops.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.passes.fold_embedding import fold_embedding
 from torchwright_fx.schedule import bounds, columns, heuristic

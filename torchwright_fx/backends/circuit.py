@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.fx
 
-from torchwright_fx.capture.errors import node_source, op_name
+from torchwright_fx.base.errors import node_source, op_name
 from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Program
 from torchwright_fx.schedule.plan import MLP, Plan, layer_of, stage_parity

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.vocab import BOS, EOS, UNK, Vocab
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchwright_fx.capture.errors import InputError
+from torchwright_fx.base.errors import InputError
 
 PREFILL_FILE = "prefill.onnx"
 DECODE_FILE = "decode.onnx"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from torchwright_fx.capture.errors import InputError
+from torchwright_fx.base.errors import InputError
 from torchwright_fx.emit.machine import Machine
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, node_error
+from torchwright_fx.base.errors import CompileError, node_error
 from torchwright_fx.capture.registry import checks_disabled, using_vocab
 from torchwright_fx.vocab import Vocab
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, is_user_file, user_frame_from_traceback
+from torchwright_fx.base.errors import CompileError, is_user_file, user_frame_from_traceback
 from torchwright_fx.capture.registry import INTRINSICS, using_vocab
 from torchwright_fx.vocab import Vocab
 

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from torchwright_fx.base.numerics import RMS_EPS
 from torchwright_fx.emit.machine import LayerWeights, Machine
 from torchwright_fx.emit.placement import LayerPlacement, Placement, place
 from torchwright_fx.emit.rmsnorm import Pins, choose_pins
@@ -13,7 +14,6 @@ from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops import decode
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.ops.numerics import RMS_EPS
 from torchwright_fx.schedule.plan import Plan
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 import torch
 
-from torchwright_fx.ops.numerics import RMS_EPS
+from torchwright_fx.base.numerics import RMS_EPS
 
 
 @dataclass

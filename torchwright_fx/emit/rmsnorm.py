@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchwright_fx.capture.errors import CompileError
-from torchwright_fx.ops.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT
+from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT
 from torchwright_fx.schedule.columns import pin_count  # the scheduler reserves the pins
 
 

@@ -37,7 +37,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from torchwright_fx.ops.numerics import GRID_DENOMINATOR
+from torchwright_fx.base.numerics import GRID_DENOMINATOR
 
 # The rules below are pure functions of a few numbers that recur across a program (coefficients
 # like 1, -10, 0.1; lattices like (1, 0)), and Fraction arithmetic is slow: a 10,000-node
@@ -177,7 +177,7 @@ class Interval:
     noise: float = 0.0
     # A whole number in exact math that both the reference (fp32) and the compiled model only
     # reach to within rounding (a mean times its count): no lattice for steps in general, but
-    # torch.round of it is exact in both (``lower/table/rounding.py: rounded``).
+    # torch.round of it is exact in both (``families/rounding.py: rounded``).
     near_integral: bool = False
     rounding: int = EXACT  # EXACT | ONCE | INEXACT: how the fp32 reference reaches the value
 

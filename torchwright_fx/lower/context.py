@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, node_error, node_source
+from torchwright_fx.base.errors import CompileError, node_error, node_source
 from torchwright_fx.capture.propagate import NodeShape, shape
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin

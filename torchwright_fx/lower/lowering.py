@@ -10,11 +10,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError, node_error, node_source, op_name
+from torchwright_fx.base.errors import CompileError, node_error, node_source, op_name
 from torchwright_fx.capture.registry import info, using_vocab
 from torchwright_fx.ir.graph import MachineKind, NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
-from torchwright_fx.lower import table
+from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable
 from torchwright_fx.lower.stream import Stream
@@ -65,8 +65,8 @@ def _rule(node: torch.fx.Node) -> Any:
         meta = info(node.target)
         if meta is not None:
             return meta.lower
-        return table.FUNCTIONS.get(node.target)
-    return table.METHODS.get(str(node.target))
+        return rules.FUNCTIONS.get(node.target)
+    return rules.METHODS.get(str(node.target))
 
 
 def _has_stream(value: Any) -> bool:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base import numerics
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import decode, ffn, numerics
+from torchwright_fx.ops import decode, ffn
 
 
 def certify_output(prog: Program, source: str = "") -> Interval:

@@ -35,10 +35,8 @@ from functools import lru_cache
 
 import torch
 
-from torchwright_fx.capture.errors import CompileError
-from torchwright_fx.ir.graph import Head, Program
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.numerics import (
     AMPLITUDE_HEADROOM,
     ATTENTION_MARGIN,
     FINE_PLANE,
@@ -51,6 +49,8 @@ from torchwright_fx.ops.numerics import (
     SINGLE_PLANE_LENGTH,
     is_power_of_two,
 )
+from torchwright_fx.ir.graph import Head, Program
+from torchwright_fx.ir.linear import Lin
 
 
 class GeometryError(CompileError, ValueError):

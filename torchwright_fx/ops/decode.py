@@ -20,10 +20,10 @@ import math
 
 import torch
 
+from torchwright_fx.base.numerics import DECODE_GAIN, FP32_UNIT
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops.numerics import DECODE_GAIN, FP32_UNIT
 
 
 def reachable_codes(prog: Program, rng: Interval | None = None) -> tuple[int, int]:

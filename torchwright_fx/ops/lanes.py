@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torchwright_fx.base.numerics import READER_CONSTANT_LIMIT, SILU_SCALE
 from torchwright_fx.ir.graph import FFN, Lane, MachineKind, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops.numerics import READER_CONSTANT_LIMIT, SILU_SCALE
 
 
 class Bank:

@@ -29,13 +29,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from torchwright_fx.ir.graph import Program
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops import attention, ffn
-from torchwright_fx.ops.attention import Geometry, GeometryError
-from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.numerics import (
     CHORD_ERROR,
     NEWTON_ERROR,
     POSITION_TOLERANCE,
@@ -44,6 +38,12 @@ from torchwright_fx.ops.numerics import (
     TWO_STAGE_LENGTH,
     UNDERFLOW,
 )
+from torchwright_fx.ir.graph import Program
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval
+from torchwright_fx.ops import attention, ffn
+from torchwright_fx.ops.attention import Geometry, GeometryError
+from torchwright_fx.ops.lanes import Bank
 
 
 def samples(n: int) -> torch.Tensor:

@@ -3,7 +3,7 @@ fixes the program's machine to ReLU. Products of two non-boolean streams are pie
 tables over the declared ranges (exact on integer-valued inputs); selects gate with an offset
 sized from the operands' ranges. Same names and signatures as ``ops.swiglu``."""
 
-from torchwright_fx.libraries import make_library
+from torchwright_fx.families.libraries import make_library
 
 _ops = make_library("relu")
 abs = _ops["abs"]

@@ -1,9 +1,9 @@
 """The SwiGLU op library (the Phi-3 machine, the default). Importing an op from here fixes the
 program's machine to SwiGLU. Products and selects are exact; hinges (relu, abs, min/max, clamp,
 piecewise) are within 0.2785/128 per unit of slope change of exact near their kinks. Same
-names and signatures as ``ops.relu``; see ``ops/numerics.py`` for the constants."""
+names and signatures as ``ops.relu``; see ``base/numerics.py`` for the constants."""
 
-from torchwright_fx.libraries import make_library
+from torchwright_fx.families.libraries import make_library
 
 _ops = make_library("swiglu")
 abs = _ops["abs"]

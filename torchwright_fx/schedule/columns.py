@@ -14,9 +14,9 @@ import dataclasses
 import heapq
 import math
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.numerics import is_power_of_two
 from torchwright_fx.ir.graph import Program
-from torchwright_fx.ops.numerics import is_power_of_two
 from torchwright_fx.schedule.plan import Plan, end_stage
 
 

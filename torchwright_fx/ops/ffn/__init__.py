@@ -29,6 +29,7 @@ staircases, rounding plans, lookups), ``elementwise`` (relu, gates, select, logi
 (near-integers made exact).
 """
 
+from torchwright_fx.base.numerics import GATE_GAP, RAMP_WIDTH  # noqa: F401  (read as ffn.X)
 from torchwright_fx.ir.ranges import frac_gcd, rational  # noqa: F401  (re-exported)
 from torchwright_fx.ops.ffn.elementwise import (  # noqa: F401
     abs_pwl,
@@ -113,4 +114,3 @@ from torchwright_fx.ops.ffn.steps import (  # noqa: F401
     staircase,
     step_ramp,
 )
-from torchwright_fx.ops.numerics import GATE_GAP, RAMP_WIDTH  # noqa: F401  (read as ffn.X)

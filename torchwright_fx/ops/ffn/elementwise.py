@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+from torchwright_fx.base.numerics import (
+    GATE_GAP,
+    SILU_SCALE,
+)
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -11,10 +15,6 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.ops.ffn.grids import _need_finite
 from torchwright_fx.ops.ffn.pwl import Pwl, emit_into_bank, linear
 from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import (
-    GATE_GAP,
-    SILU_SCALE,
-)
 
 
 # -- hinge-based elementwise ops ----------------------------------------------------------------

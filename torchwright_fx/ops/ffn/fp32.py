@@ -8,6 +8,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from torchwright_fx.base.numerics import (
+    HINGE_MAX_ERROR,
+    LANE_ROUNDING,
+    SATURATION,
+    SILU_MAX_SLOPE,
+    SILU_PEAK,
+    SILU_SCALE,
+)
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -16,14 +24,6 @@ from torchwright_fx.ir.ranges import (
 )
 from torchwright_fx.ops.ffn.grids import Fractions, Grid
 from torchwright_fx.ops.ffn.pwl import Pwl, magnitude
-from torchwright_fx.ops.numerics import (
-    HINGE_MAX_ERROR,
-    LANE_ROUNDING,
-    SATURATION,
-    SILU_MAX_SLOPE,
-    SILU_PEAK,
-    SILU_SCALE,
-)
 
 
 def _corner_error(z_lo: np.ndarray, z_hi: np.ndarray) -> np.ndarray:

@@ -8,6 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from torchwright_fx.base.numerics import (
+    EXACT_LATTICE_STEPS,
+    MAX_MEAN_DENOMINATORS,
+    MIN_GRID_SPACING,
+)
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -18,11 +23,6 @@ from torchwright_fx.ir.ranges import (
     point_lattice,
     rational,
     read_float,
-)
-from torchwright_fx.ops.numerics import (
-    EXACT_LATTICE_STEPS,
-    MAX_MEAN_DENOMINATORS,
-    MIN_GRID_SPACING,
 )
 
 

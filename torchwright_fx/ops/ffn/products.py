@@ -8,17 +8,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import (
-    Interval,
-    frac_gcd,
-    rational,
-)
-from torchwright_fx.ops.ffn.elementwise import select
-from torchwright_fx.ops.ffn.grids import Grid, RangeError, _need_finite
-from torchwright_fx.ops.ffn.pwl import Hinge, Pwl, emit_into_bank
-from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.numerics import (
     HINGE_MAX_ERROR,
     KNOT_SPACING,
     MAX_KNOTS,
@@ -29,6 +19,16 @@ from torchwright_fx.ops.numerics import (
     SILU_SCALE,
     TABLE_SEGMENTS,
 )
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import (
+    Interval,
+    frac_gcd,
+    rational,
+)
+from torchwright_fx.ops.ffn.elementwise import select
+from torchwright_fx.ops.ffn.grids import Grid, RangeError, _need_finite
+from torchwright_fx.ops.ffn.pwl import Hinge, Pwl, emit_into_bank
+from torchwright_fx.ops.lanes import Bank
 
 
 # -- products, squares and powers -------------------------------------------------------------

@@ -18,16 +18,16 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import Interval, fp32_exact
-from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.numerics import (
     FP32_UNIT,
     SILU_SCALE,
     SNAP_LIMIT,
     SNAP_NOISE,
     SNAP_OFFSET,
 )
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval, fp32_exact
+from torchwright_fx.ops.lanes import Bank
 
 
 def snap_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -> float | None:

@@ -9,16 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import (
-    Interval,
-    frac_gcd,
-    read_float,
-)
-from torchwright_fx.ops.ffn.grids import Fractions, Grid, RangeError, _need_finite
-from torchwright_fx.ops.ffn.pwl import Pwl, lane_count, magnitude
-from torchwright_fx.ops.lanes import Bank
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.numerics import (
     EXACT_HALF_INTEGERS,
     EXACT_LATTICE_STEPS,
     INTEGER_RAMP_HI,
@@ -29,6 +20,15 @@ from torchwright_fx.ops.numerics import (
     REAL_STAIR_MAGNITUDE,
     SINGLE_STAGE_STEPS,
 )
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import (
+    Interval,
+    frac_gcd,
+    read_float,
+)
+from torchwright_fx.ops.ffn.grids import Fractions, Grid, RangeError, _need_finite
+from torchwright_fx.ops.ffn.pwl import Pwl, lane_count, magnitude
+from torchwright_fx.ops.lanes import Bank
 
 # -- steps and staircases ---------------------------------------------------------------------
 # Steps on a value with no lattice are ramps RAMP_WIDTH wide: exact outside the ramp, wrong

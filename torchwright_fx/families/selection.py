@@ -16,18 +16,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, ONCE, Interval, read_float
-from torchwright_fx.lower import table
-from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import attention, ffn
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base.numerics import (
     MAX_SELECT_PARTS,
     MAX_SELECT_TUPLES,
     MAX_SELECT_VALUES,
     SELECT_FEATURE_NOISE,
 )
+from torchwright_fx.families import logic
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import BOOL, ONCE, Interval, read_float
+from torchwright_fx.lower import rules
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import attention, ffn
 from torchwright_fx.ops.ties import refuse_ties
 
 
@@ -90,12 +91,12 @@ class Side:
             lo, hi = self.points[chosen[m]], self.points[chosen[end]]
             steps += [ffn.Step(lo, False, 1.0), ffn.Step(hi, True, -1.0)]
             m = end + 1
-        with table.user_errors(ctx):
+        with rules.user_errors(ctx):
             for step in steps:
                 refuse_ties(self.rng, self.grid, [read_float(step.at)], "select")
             f = ffn.staircase(0.0, steps, self.grid)
-            ffn.check_resolution(self.rng, self.grid, "select", table.COMPARE_ADVICE)
-            ffn.check_staircase(f, self.rng, self.grid, "select", table.COMPARE_ADVICE)
+            ffn.check_resolution(self.rng, self.grid, "select", logic.COMPARE_ADVICE)
+            ffn.check_staircase(f, self.rng, self.grid, "select", logic.COMPARE_ADVICE)
         col = _whole_column(ctx, self.col, self.rng, f, self.label)
         ctx.prog.shared.indicators[key] = col
         return col
@@ -225,7 +226,7 @@ def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin
                         "fail in the reference", "compute them from whole numbers, or round "
                         "them first (torch.round)")
     if rng.noise > 0:  # a decoded position or count: rounded onto its lattice first
-        col, rng = table.snapped(ctx, col, rng) or (col, rng)
+        col, rng = rules.snapped(ctx, col, rng) or (col, rng)
     return col, rng
 
 
@@ -233,7 +234,7 @@ def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: st
                 ) -> Side:
     """The Side of one column (``side`` for an argument; ``digit_equality`` for a digit)."""
     col, rng = exact_column(ctx, col, rng, what)
-    grid = table.grid(ctx, col, rng)
+    grid = rules.grid(ctx, col, rng)
     if grid is None:
         raise ctx.error(f"select's {what} must take finitely many values (integers, token codes "
                         f"or a grid); these are real-valued in [{rng.lo:g}, {rng.hi:g}]",
@@ -281,7 +282,7 @@ def _whole_column(ctx: LowerCtx, x: Lin, rng: Interval, f: ffn.Pwl, label: str) 
     const, bank.consts[0] = bank.consts[0], 0.0
     if const:
         bank.hinge(0, Lin.constant(1.0), const)
-    grid = table.value_set(ctx, x, rng)
+    grid = rules.value_set(ctx, x, rng)
     exact = ffn.exact_lanes(f, x, rng, lambda sid: ctx.prog.signals[sid].range,
                             ctx.prog.embed_tables)
     noise = ffn.pwl_noise(f, rng, grid, ctx.prog.machine, exact)
@@ -312,7 +313,7 @@ def encode(ctx: LowerCtx, sides: tuple[Side, ...], what: str) -> Encoded:
     index = [dict(zip(s.values, s.onehot(ctx), strict=True)) for s in sides]
     counts = [sum((index[m][t[m]] for m in range(len(sides))), Lin()) for t in tuples]
     count_range = Interval(0, len(sides), True)
-    onehot = [_whole_column(ctx, c, count_range, table._count_pwl("and", len(sides)), what)
+    onehot = [_whole_column(ctx, c, count_range, logic._count_pwl("and", len(sides)), what)
               for c in counts]
     return Encoded(tuples, lambda m: sum((onehot[i] for i in m), Lin()),
                    tuple(s.at_bos for s in sides))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
+from torchwright_fx.base.numerics import SNAP_NOISE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -19,7 +20,6 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Pwl
-from torchwright_fx.ops.numerics import SNAP_NOISE
 
 Rule = Callable[..., Any]
 FUNCTIONS: dict[Any, Rule] = {}

@@ -16,12 +16,13 @@ from typing import Any
 import sympy
 import torch
 
-from torchwright_fx import functions as pw
+from torchwright_fx.base import numerics
 from torchwright_fx.capture.registry import intrinsic
-from torchwright_fx.lower import table
+from torchwright_fx.families import arithmetic
+from torchwright_fx.families import functions as pw
+from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import numerics
 
 NAMES = ("abs", "ceil", "clamp", "compare", "floor", "maximum", "minimum", "mod", "mul",
          "piecewise", "reciprocal", "relu", "round", "select", "square")
@@ -39,19 +40,19 @@ def _define(machine: str, eager: Callable[..., Any], rule: Callable[..., Any],
 
 
 def _rule(target: Any) -> Callable[..., Any]:
-    return table.FUNCTIONS[target]
+    return rules.FUNCTIONS[target]
 
 
 def _mul_rule(ctx: LowerCtx, a: Any, b: Any, step: float | None = None) -> Stream:
-    return table.FUNCTIONS[torch.mul](ctx, a, b, step=step)
+    return rules.FUNCTIONS[torch.mul](ctx, a, b, step=step)
 
 
 def _square_rule(ctx: LowerCtx, x: Any, step: float | None = None) -> Stream:
-    return table.power(ctx, to_stream(x, ctx.out_width), 2, step)
+    return arithmetic.power(ctx, to_stream(x, ctx.out_width), 2, step)
 
 
 def _reciprocal_rule(ctx: LowerCtx, x: Any, rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> Stream:
-    return table.reciprocal(ctx, to_stream(x, ctx.out_width), rel_tol)
+    return arithmetic.reciprocal(ctx, to_stream(x, ctx.out_width), rel_tol)
 
 
 def _arithmetic(machine: str) -> dict[str, Callable[..., Any]]:

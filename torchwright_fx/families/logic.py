@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.families.linear import _add
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     BOOL,
@@ -16,8 +17,7 @@ from torchwright_fx.ir.ranges import (
     read_float,
 )
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
-from torchwright_fx.lower.table.base import (
+from torchwright_fx.lower.rules import (
     Columns,
     Rule,
     _last_dim,
@@ -29,7 +29,7 @@ from torchwright_fx.lower.table.base import (
     user_errors,
     value_set,
 )
-from torchwright_fx.lower.table.linear import _add
+from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Pwl, Step
 from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant

@@ -8,14 +8,15 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.base import numerics
+from torchwright_fx.families.rounding import rounded
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
     lattice_product,
 )
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
-from torchwright_fx.lower.table.base import (
+from torchwright_fx.lower.rules import (
     Columns,
     _divided,
     _scale,
@@ -26,8 +27,8 @@ from torchwright_fx.lower.table.base import (
     rule,
     user_errors,
 )
-from torchwright_fx.lower.table.rounding import rounded
-from torchwright_fx.ops import ffn, numerics
+from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
+from torchwright_fx.ops import ffn
 
 
 # -- products, powers, reciprocals ----------------------------------------------------------------

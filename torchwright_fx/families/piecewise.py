@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.rules import INF, Rule, _streams, pwl_stream, rule
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
-from torchwright_fx.lower.table.base import INF, Rule, _streams, pwl_stream, rule
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Pwl
 

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchwright_fx.base import numerics
+from torchwright_fx.base.numerics import CLAIM_INTEGRAL_REL, CLAIM_INTEGRAL_TOL
 from torchwright_fx.capture.registry import (
     checks_on,
     current_vocab,
@@ -30,8 +32,7 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, EXACT, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import attention, ffn, numerics
-from torchwright_fx.ops.numerics import CLAIM_INTEGRAL_REL, CLAIM_INTEGRAL_TOL
+from torchwright_fx.ops import attention, ffn
 
 
 def _col(v: torch.Tensor) -> torch.Tensor:

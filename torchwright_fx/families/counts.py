@@ -21,20 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import selection, table
-from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import attention, ffn, numerics
-from torchwright_fx.ops import position as decoder
-from torchwright_fx.ops.numerics import (
+from torchwright_fx.base import numerics
+from torchwright_fx.base.numerics import (
     COUNTED_MEAN_PRODUCT,
     COUNTED_MEAN_VALUES,
     FP32_UNIT,
     HEAD_RECIPROCAL_ERROR,
     WIDTH_GAIN,
 )
+from torchwright_fx.families import selection
+from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
+from torchwright_fx.lower import rules
+from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.stream import Stream
+from torchwright_fx.ops import attention, ffn
+from torchwright_fx.ops import position as decoder
 
 
 def applies(ctx: LowerCtx, v: Stream) -> bool:
@@ -73,7 +75,7 @@ def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
     except attention.GeometryError as e:
         raise ctx.error(str(e), "lower max_seq_len") from None
     rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n, lean=True))
-    exact = table.snapped(ctx, decoded, rng)
+    exact = rules.snapped(ctx, decoded, rng)
     if exact is None:
         raise ctx.error(f"the count behind this mean cannot be rounded exactly (decoding error "
                         f"{rng.noise:.3g})", "lower max_seq_len")

@@ -10,15 +10,17 @@ import math
 import torch
 import torch.fx
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base import numerics
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.capture.registry import intrinsic
-from torchwright_fx.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
+from torchwright_fx.families import counts, digits, selection
+from torchwright_fx.families.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import counts, digits, selection, table
+from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import attention, ffn, numerics
+from torchwright_fx.ops import attention, ffn
 
 
 # -- position-based intrinsics -----------------------------------------------------------------
@@ -203,7 +205,7 @@ def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None
                         rng.magnitude)
     (best,) = attention.scored(ctx.prog, ctx.geom, [score.cols[0]], [best_rng], key_terms,
                                f"{ctx.name}.best", ctx.source)
-    exact = table.snapped(ctx, best, best_rng)
+    exact = rules.snapped(ctx, best, best_rng)
     if exact is None:
         return None
     score_bos = _bos_value(ctx, 0, "score")
@@ -347,7 +349,7 @@ def _by_digits(ctx: LowerCtx, v: Stream, at: Stream) -> Stream | None:
     # clamp(at, 0, p) = relu(at) - relu(at - p), both lanes in one bank
     a, a_rng = at.cols[0], at.ranges[0]
     over, over_rng = a - p.cols[0], a_rng - p.ranges[0]
-    relus = table.pwl_stream(ctx, [a, over], [a_rng, over_rng], [ffn.relu_pwl()] * 2,
+    relus = rules.pwl_stream(ctx, [a, over], [a_rng, over_rng], [ffn.relu_pwl()] * 2,
                              [r.clamp(0.0, math.inf).with_noise(0.0) for r in (a_rng, over_rng)])
     loose = relus.ranges[0] - relus.ranges[1]  # the facts lose the clamp's correlation
     clamped = Interval(max(loose.lo, 0.0), min(loose.hi, p.ranges[0].hi), True,

@@ -130,7 +130,7 @@ def counts_mean(max_seq_len: int) -> bool:
     return mean_noise(max_seq_len) * 8 * max_seq_len >= 1
 
 
-# tw.mean of whole numbers is rebuilt from exact counts (lower/counts.py) where counts_mean(n)
+# tw.mean of whole numbers is rebuilt from exact counts (families/counts.py) where counts_mean(n)
 # holds and its columns' value steps (one count head and decoder each) are fewer than this.
 COUNTED_MEAN_VALUES = 16
 # A head of tied logits gives <bos> the weight 1/(c+1) within two fp32 roundings (the softmax's
@@ -177,7 +177,7 @@ PRODUCT_NOISE = 2.0 ** -21
 # fp32 rounding of an off-lattice lane sum: each lane value and each partial sum rounds once.
 LANE_ROUNDING = 2.0 ** -23
 
-# -- selections (tw.select, lower/selection.py) --------------------------------------------------
+# -- selections (tw.select, families/selection.py) ------------------------------------------
 # One side of a selection is encoded value by value: at most this many values (a staircase of
 # this many steps), and a selection over several streams at most this many value tuples.
 MAX_SELECT_VALUES = 256

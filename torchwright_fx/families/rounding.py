@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from torchwright_fx.capture.errors import CompileError
+from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.numerics import NOISE_TOLERANCE
+from torchwright_fx.families.logic import COMPARE_ADVICE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     EXACT,
@@ -20,8 +22,7 @@ from torchwright_fx.ir.ranges import (
     lattice_sum,
 )
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.stream import Stream, const_vector, to_stream
-from torchwright_fx.lower.table.base import (
+from torchwright_fx.lower.rules import (
     Columns,
     Rule,
     _divided,
@@ -33,10 +34,9 @@ from torchwright_fx.lower.table.base import (
     user_errors,
     value_set,
 )
-from torchwright_fx.lower.table.logic import COMPARE_ADVICE
+from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Step
-from torchwright_fx.ops.numerics import NOISE_TOLERANCE
 from torchwright_fx.ops.ties import refuse_ties
 
 

@@ -13,8 +13,8 @@ from torchwright_fx.ir.ranges import (
     Interval,
 )
 from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.rules import _last_dim, _scale, _streams, rule
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.lower.table.base import _last_dim, _scale, _streams, rule
 
 
 # -- linear ------------------------------------------------------------------------------------

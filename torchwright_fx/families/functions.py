@@ -24,15 +24,17 @@ import numpy as np
 import sympy
 import torch
 
+from torchwright_fx.base import numerics
+from torchwright_fx.base.numerics import SILU_SCALE
 from torchwright_fx.capture.registry import intrinsic
+from torchwright_fx.families import arithmetic
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.lower import table
+from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import ffn, numerics
+from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Pwl
-from torchwright_fx.ops.numerics import SILU_SCALE
 
 # -- piecewise ----------------------------------------------------------------------------------
 Fn: TypeAlias = "Callable[[Any], Any] | sympy.Expr | tuple[sympy.Expr, sympy.Symbol]"
@@ -162,13 +164,13 @@ def lower_piecewise_table(ctx: LowerCtx, v: Stream, xs: Sequence[float], ys: Seq
     x = to_stream(v, ctx.out_width)
     ranges = [_on_points(ctx, f, c, r, _table_range(f, r, ys, slack))
               for c, r in zip(x.cols, x.ranges, strict=True)]
-    return table.pwl_stream(ctx, x.cols, x.ranges, [f] * x.width, ranges)
+    return rules.pwl_stream(ctx, x.cols, x.ranges, [f] * x.width, ranges)
 
 
 def _on_points(ctx: LowerCtx, f: Pwl, c: Lin, r: Interval, rng: Interval) -> Interval:
     """The facts of f(x) when x takes few lattice values: the lattice of f at those points
     (the reference interpolates the same table, in float64)."""
-    g = table.grid(ctx, c, r)
+    g = rules.grid(ctx, c, r)
     if g is None or not r.finite or g.count(r) > 4096:
         return rng
     values = [float(v) for v in f(np.array(g.points(r)))]
@@ -191,7 +193,7 @@ def lower_piecewise_expr(ctx: LowerCtx, v: Stream, expr: str, var: str, tol: flo
     f_num = _numeric(e, s)
     x = to_stream(v, ctx.out_width)
     fs, ranges = [], []
-    with table.user_errors(ctx):
+    with rules.user_errors(ctx):
         for r in x.ranges:
             ffn.need_finite(r, f"tw.piecewise of {e}")
             knots = ffn.auto_knots(f_num, r.lo, r.hi, lambda t: np.full_like(t, tol / 2),
@@ -203,7 +205,7 @@ def lower_piecewise_expr(ctx: LowerCtx, v: Stream, expr: str, var: str, tol: flo
             fs.append(ffn.with_sharpness(f, sharp))
             ranges.append(_table_range(fs[-1], r, [], tol))
     ctx.error_bound = tol
-    return table.pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+    return rules.pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 
 @intrinsic(lower_piecewise_expr)
@@ -302,7 +304,7 @@ def interpolation_error(expr: sympy.Expr, breakpoints: Sequence[float],
 # -- reciprocal -----------------------------------------------------------------------------------
 def _lower_reciprocal(ctx: LowerCtx, v: Stream, rel_tol: float = numerics.RECIPROCAL_REL_TOL
                       ) -> Stream:
-    return table.reciprocal(ctx, to_stream(v, ctx.out_width), rel_tol)
+    return arithmetic.reciprocal(ctx, to_stream(v, ctx.out_width), rel_tol)
 
 
 @intrinsic(_lower_reciprocal)

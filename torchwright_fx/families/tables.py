@@ -15,10 +15,11 @@ import torch
 import torch.fx
 
 from torchwright_fx.capture.registry import current_vocab, intrinsic, token_value
-from torchwright_fx.intrinsics import _col
+from torchwright_fx.families import rounding
+from torchwright_fx.families.intrinsics import _col
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval, read_float
-from torchwright_fx.lower import table
+from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn
@@ -119,7 +120,7 @@ def _lower_lookup2(ctx: LowerCtx, a: Stream, b: Stream, table2: Any,
     f = ffn.lookup_pwl(0, n_a * n_b - 1, flat, fallback)
     values = list(flat.values())
     rng = Interval(min(values), max(values), all(float(v).is_integer() for v in values))
-    return table.pwl_stream(ctx, [key], [key_rng], [f], [rng])
+    return rules.pwl_stream(ctx, [key], [key_rng], [f], [rng])
 
 
 @intrinsic(_lower_lookup2)
@@ -170,7 +171,7 @@ def _lower_number_to_digits(ctx: LowerCtx, v: Stream, n_digits: int, base: int =
     if v.width != 1:
         raise ctx.error("number_to_digits takes a stream of width 1")
     r = v.ranges[0]
-    with table.user_errors(ctx):
+    with rules.user_errors(ctx):
         ffn.need_finite(r, "number_to_digits")
     if r.lo < 0:
         bos = ctx.bos_row(0)
@@ -187,7 +188,7 @@ def _lower_number_to_digits(ctx: LowerCtx, v: Stream, n_digits: int, base: int =
     wraps = r.hi >= base ** n_digits  # the top digit needs its own modulus
     powers = [float(base ** k) for k in range(n_digits + (1 if wraps else 0))]
     scaled = Stream([v.cols[0].divided(p) for p in powers], [r.divided(p) for p in powers])
-    floors = table.rounded(ctx, scaled, "floor")  # f_k = floor(v / base**k)
+    floors = rounding.rounded(ctx, scaled, "floor")  # f_k = floor(v / base**k)
     digits, ranges = [], []
     for k in range(n_digits):
         nxt = floors.cols[k + 1] if k + 1 < len(powers) else Lin()
@@ -214,7 +215,7 @@ def _mismatch(ctx: LowerCtx, c: Lin, r: Interval, t: float
               ) -> tuple[Lin, Interval, bool] | None:
     """An integer-valued form m with m == 0 exactly where c == t (in lattice steps), its
     range, and whether |m| is linear (t at an end of c's range). None if c never equals t."""
-    g = table.grid(ctx, c, r)
+    g = rules.grid(ctx, c, r)
     if g is None:
         raise ffn.RangeError("tw.equals needs integer-valued (or grid-valued) streams; "
                              "declare them with tw.claim(v, lo, hi, integral=True)")
@@ -236,11 +237,11 @@ def _lower_equals(ctx: LowerCtx, v: Stream, target: Any) -> Stream:
     ts = const_vector(target, v.width)
     count, count_hi = Lin(), 0.0  # the number of lattice steps away from target, summed
     signed: list[tuple[Lin, Interval]] = []
-    with table.user_errors(ctx):
+    with rules.user_errors(ctx):
         for c, r, t in zip(v.cols, v.ranges, ts, strict=True):
-            refuse_ties(r, table.value_set(ctx, c, r), [read_float(t)],
+            refuse_ties(r, rules.value_set(ctx, c, r), [read_float(t)],
                         "tw.equals")
-            refuse_unheld_constant(t, r, table.value_set(ctx, c, r), "tw.equals")
+            refuse_unheld_constant(t, r, rules.value_set(ctx, c, r), "tw.equals")
             found = _mismatch(ctx, c, r, t)
             if found is None:
                 return Stream.const([0.0], True)
@@ -251,14 +252,14 @@ def _lower_equals(ctx: LowerCtx, v: Stream, target: Any) -> Stream:
                 signed.append((m, span))
     if signed:  # |m| = -m + 2 relu(m): one lane per such column, in a first stage
         spans = [Interval(0.0, sp.magnitude, True) for _, sp in signed]
-        parts = table.pwl_stream(ctx, [m for m, _ in signed], [sp for _, sp in signed],
+        parts = rules.pwl_stream(ctx, [m for m, _ in signed], [sp for _, sp in signed],
                                  [ffn.abs_pwl()] * len(signed), spans)
         count = count + sum(parts.cols, Lin())
         count_hi += sum(sp.hi for sp in spans)
     # [count == 0] = relu(1 - count) = 1 - count + relu(count - 1): exact on integer counts.
     eq = Pwl(const=1.0, slope=-1.0)
     eq.hinge(1.0, 1.0)
-    return table.pwl_stream(ctx, [count], [Interval(0.0, count_hi, True)], [eq], [BOOL],
+    return rules.pwl_stream(ctx, [count], [Interval(0.0, count_hi, True)], [eq], [BOOL],
                             is_bool=True)
 
 

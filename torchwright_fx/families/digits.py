@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from torchwright_fx.base.numerics import DIGIT_BASES, MAX_SELECT_PARTS, MAX_SELECT_VALUES
+from torchwright_fx.families import rounding
+from torchwright_fx.families.selection import Leaf, Selector, exact_column, stream_side
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.lower import table
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.selection import Leaf, Selector, exact_column, stream_side
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops.numerics import DIGIT_BASES, MAX_SELECT_PARTS, MAX_SELECT_VALUES
 
 
 def _layouts() -> list[tuple[int, int]]:
@@ -63,7 +63,7 @@ def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream, key_bos: float,
             scaled = Stream([u * (1.0 / base ** j)],
                             [Interval(float(rng.lo - lo) / base ** j, top / base ** j,
                                       step=Fraction(1, base ** j))])
-            floors.append(table.rounded(ctx, scaled, "floor").cols[0])
+            floors.append(rounding.rounded(ctx, scaled, "floor").cols[0])
         b = int(at_bos - lo)
         side_digits = []
         for j in range(parts):

@@ -1,7 +1,7 @@
 """RASP's query-dependent attention: ``select``, ``aggregate``, ``selector_width`` and
 ``select_latest`` — their eager semantics, their facts and the heads that read a selector.
 How a selector becomes content dims of a head (its values, indicator columns, classes,
-parts) is in ``torchwright_fx/lower/selection.py``.
+parts) is in ``torchwright_fx/families/selection.py``.
 
 Semantics (causal, as every stream here). ``tw.select(keys, queries, predicate)`` is the
 relation "position i selects position j" for ``1 <= j <= i`` where
@@ -46,20 +46,21 @@ from typing import Any
 
 import torch
 
-from torchwright_fx.capture.errors import HeadTooSmall
+from torchwright_fx.base import numerics
+from torchwright_fx.base.errors import HeadTooSmall
+from torchwright_fx.base.numerics import FALLBACK_GAP, MEAN_GAIN, WIDTH_GAIN
 from torchwright_fx.capture.registry import current_vocab, intrinsic, resolve_callables, token_value
-from torchwright_fx.intrinsics import (
+from torchwright_fx.families import counts, digits, selection
+from torchwright_fx.families.intrinsics import (
     _col,
     _moved,
 )
+from torchwright_fx.families.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
-from torchwright_fx.lower import counts, digits, selection
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import attention, numerics
-from torchwright_fx.ops.numerics import FALLBACK_GAP, MEAN_GAIN, WIDTH_GAIN
+from torchwright_fx.ops import attention
 
 PREDICATES: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
@@ -250,7 +251,7 @@ def _at_least(p: float) -> Callable[[Sequence[float], Sequence[float]], bool]:
 
 def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
                        group: int) -> Stream:
-    """aggregate from exact counts (lower/counts.py): m = selector_width(sel) and, per value
+    """aggregate from exact counts (families/counts.py): m = selector_width(sel) and, per value
     step p_t of v, K_t = selector_width(sel & [v_j >= p_t]); the mean is
     p_0 + sum_t (p_t - p_{t-1}) K_t / m, and ``default`` where m is 0."""
     inverse = _width_inverse(ctx, sel)

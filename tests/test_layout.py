@@ -1,7 +1,9 @@
 """The codebase's layout rules (docs/architecture.md), checked on the source itself:
 
 - imports point down the pipeline: a module imports only from its own layer or earlier ones,
-  and module-level imports form no circle;
+  and module-level imports form no circle; imports under ``if TYPE_CHECKING:`` count for both
+  (an annotation that needs a later layer is a circle waiting for a runtime import: take a
+  Protocol defined in the lower layer instead, as ``verify/protocol.py`` does);
 - construction constants live in ``base/numerics.py``: a numeric module-level constant anywhere
   else fails here unless it is listed below with the reason it is not one;
 - no file in the package is over 500 lines.
@@ -79,16 +81,12 @@ def _target(name: str) -> str | None:
 
 
 def _imports(path: Path) -> list[tuple[str, bool, int]]:
-    """(imported module, at module level, line) for every import of the package, skipping
-    ``if TYPE_CHECKING:`` blocks (annotations only)."""
+    """(imported module, at module level, line) for every import of the package, those under
+    ``if TYPE_CHECKING:`` included (at module level when the block is)."""
     tree = ast.parse(path.read_text())
     out: list[tuple[str, bool, int]] = []
 
     def visit(node: ast.AST, top: bool) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child, top)
-            return
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 t = _target(f"{node.module}.{alias.name}")
@@ -119,12 +117,8 @@ def test_imports_point_down_the_pipeline():
     assert not backwards, "imports against the pipeline:\n" + "\n".join(backwards)
 
 
-def test_no_import_circle():
-    graph = {m: {t for t, top, _ in _imports(p) if top and t != m}
-             for m, p in MODULES.items()}
-    # a package's __init__ re-exporting its own submodules is not a circle
-    for m in graph:
-        graph[m] = {t for t in graph[m] if not (m == "" or t.startswith(m + ".") and m)}
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle in a module -> imported modules graph (the first found), or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -145,7 +139,19 @@ def test_no_import_circle():
     for m in sorted(graph):
         if m not in state:
             circle = walk(m)
-            assert circle is None, "import circle: " + " -> ".join(circle)
+            if circle:
+                return circle
+    return None
+
+
+def test_no_import_circle():
+    graph = {m: {t for t, top, _ in _imports(p) if top and t != m}
+             for m, p in MODULES.items()}
+    # a package's __init__ re-exporting its own submodules is not a circle
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not (m == "" or t.startswith(m + ".") and m)}
+    circle = _circle(graph)
+    assert circle is None, "import circle: " + " -> ".join(circle)
 
 
 def _numbers(value: ast.AST) -> bool:
@@ -184,7 +190,9 @@ def test_no_file_over_500_lines():
 
 
 def test_the_layer_rule_catches_a_backward_import(tmp_path):
-    """The checker itself: a capture module importing lowering is reported."""
+    """The checker itself: a capture module importing lowering is reported; an import under
+    ``if TYPE_CHECKING:`` counts (at module level), one inside a function is not top-level;
+    two modules importing each other, one of them only for annotations, are a circle."""
     assert _layer("capture.tracer") < _layer("lower.context")
     assert _layer("ops.ffn.steps") < _layer("capture.registry") < _layer("families.intrinsics")
     assert _layer("ops.swiglu") == len(LAYERS) - 1
@@ -193,4 +201,8 @@ def test_the_layer_rule_catches_a_backward_import(tmp_path):
                      "def f():\n    from torchwright_fx.api import Compiled\n"
                      "from typing import TYPE_CHECKING\n"
                      "if TYPE_CHECKING:\n    from torchwright_fx.pipeline import Build\n")
-    assert _imports(probe) == [("lower.context", True, 1), ("api", False, 3)]
+    assert _imports(probe) == [("lower.context", True, 1), ("api", False, 3),
+                               ("pipeline", True, 6)]
+    assert _circle({"api": {"verify.probe"}, "verify.probe": {"api"}}) == \
+        ["api", "verify.probe", "api"]
+    assert _circle({"api": {"verify.probe"}, "verify.probe": {"backends.runtime"}}) is None

@@ -30,6 +30,8 @@ from torchwright_fx.emit.machine import Machine
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
 from torchwright_fx.pipeline import Build, Options
+from torchwright_fx.verify.probe import probe
+from torchwright_fx.verify.verify import verify
 from torchwright_fx.vocab import Vocab
 
 BOS_OUTPUT = ("the program output <bos> at position {position}; <bos> only starts a sequence "
@@ -239,14 +241,10 @@ class Compiled:
 
     def probe(self, text: str, tolerance: float = 1e-3) -> Any:
         """Node-by-node diff of the compiled model against the reference (``verify.probe``)."""
-        from torchwright_fx.verify.probe import probe
-
         return probe(self, text, tolerance)
 
     def verify(self, inputs: Iterable[str] | None = None, **options: Any) -> Any:
         """The compiled model against the reference (and oracle) on prompts: ``tw.verify``."""
-        from torchwright_fx.verify.verify import verify
-
         return verify(self, inputs, **options)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:

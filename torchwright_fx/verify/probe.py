@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx
@@ -19,9 +19,7 @@ import torch.fx
 from torchwright_fx.backends import runtime
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.ir.linear import Lin
-
-if TYPE_CHECKING:
-    from torchwright_fx.api import Compiled
+from torchwright_fx.verify.protocol import CompiledProgram
 
 
 @dataclass
@@ -69,14 +67,15 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
 
-def reference_values(compiled: Compiled, ids: Sequence[int]) -> dict[str, torch.Tensor]:
+def reference_values(compiled: CompiledProgram, ids: Sequence[int]) -> dict[str, torch.Tensor]:
     rec = _Recorder(compiled.traced.graph_module)
     with using_vocab(compiled.vocab), torch.no_grad():
         rec.run(compiled.vocab.one_hot(ids))
     return rec.values
 
 
-def _read(lin: Lin, compiled: Compiled, states: list[torch.Tensor]) -> tuple[torch.Tensor, int]:
+def _read(lin: Lin, compiled: CompiledProgram, states: list[torch.Tensor]
+          ) -> tuple[torch.Tensor, int]:
     plan, prog = compiled.build.plan, compiled.build.program
     n = states[0].shape[0]
     value = torch.full((n,), lin.const, dtype=torch.float64)
@@ -88,11 +87,11 @@ def _read(lin: Lin, compiled: Compiled, states: list[torch.Tensor]) -> tuple[tor
     return value, stage
 
 
-def _materialised(lin: Lin, compiled: Compiled) -> bool:
+def _materialised(lin: Lin, compiled: CompiledProgram) -> bool:
     return all(s in compiled.build.plan.columns for s in lin.terms)
 
 
-def probe(compiled: Compiled, text: str, tolerance: float = 1e-3) -> ProbeReport:
+def probe(compiled: CompiledProgram, text: str, tolerance: float = 1e-3) -> ProbeReport:
     ids = compiled.vocab.encode(text)
     _, states = runtime.forward(compiled.weights, ids, capture=True)
     want = reference_values(compiled, ids)
@@ -115,7 +114,7 @@ def probe(compiled: Compiled, text: str, tolerance: float = 1e-3) -> ProbeReport
                        _failed_checks(compiled, states))
 
 
-def _unstable(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
+def _unstable(compiled: CompiledProgram, states: list[torch.Tensor]) -> list[str]:
     plan, prog = compiled.build.plan, compiled.build.program
     out = []
     for sid, (written, last) in plan.lifetimes(prog).items():
@@ -130,7 +129,7 @@ def _unstable(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
     return out
 
 
-def _failed_checks(compiled: Compiled, states: list[torch.Tensor]) -> list[str]:
+def _failed_checks(compiled: CompiledProgram, states: list[torch.Tensor]) -> list[str]:
     prog = compiled.build.program
     failed = []
     for name, predicate, msg, source in ((c.node, c.predicate, c.message, c.source)

@@ -7,15 +7,12 @@ import random
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from torchwright_fx.backends import runtime
 from torchwright_fx.backends.protocol import Runner
-
-if TYPE_CHECKING:
-    from torchwright_fx.api import Compiled
+from torchwright_fx.verify.protocol import CompiledProgram
 
 
 @dataclass
@@ -48,7 +45,7 @@ class _Backend:
     long as it runs: ``hf`` loads the saved Phi-3 directory with transformers, ``onnx`` the
     torch.onnx export of it with ONNX Runtime, ``runtime`` runs the weights in process."""
 
-    def __init__(self, compiled: Compiled, backend: str):
+    def __init__(self, compiled: CompiledProgram, backend: str):
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: choose one of "
                              f"{', '.join(map(repr, BACKENDS))}")
@@ -74,7 +71,7 @@ class _Backend:
         return new[:-1] if new and new[-1] == self.eos_id else new  # ONNX's runner keeps <eos>
 
 
-def _prompts(compiled: Compiled, inputs: Iterable[str] | None, exhaustive: bool,
+def _prompts(compiled: CompiledProgram, inputs: Iterable[str] | None, exhaustive: bool,
              samples: int | None, seed: int) -> list[str]:
     if inputs is not None:
         pool = list(inputs)
@@ -87,9 +84,9 @@ def _prompts(compiled: Compiled, inputs: Iterable[str] | None, exhaustive: bool,
     return random.Random(seed).sample(pool, samples)
 
 
-def verify(compiled: Compiled, inputs: Iterable[str] | None = None, *, exhaustive: bool = False,
-           samples: int | None = None, seed: int = 0, backend: str = "hf",
-           oracle: Callable[[str], str] | None = None) -> VerifyReport:
+def verify(compiled: CompiledProgram, inputs: Iterable[str] | None = None, *,
+           exhaustive: bool = False, samples: int | None = None, seed: int = 0,
+           backend: str = "hf", oracle: Callable[[str], str] | None = None) -> VerifyReport:
     """Compare the compiled model's greedy output with the reference on every prompt, run by
     ``backend``: ``"hf"`` (the saved Phi-3 directory through transformers), ``"runtime"`` (in
     process) or ``"onnx"`` (the torch.onnx export through ONNX Runtime)."""

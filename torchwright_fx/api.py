@@ -356,12 +356,11 @@ class Compiled:
 
 
 def _raised(reason: str) -> str:
-    """Why d_head=None chose a head size above 32: the refusal's first line."""
+    """Why d_head=None chose a head size above 32: the first line of the refusal's reason
+    (``HeadTooSmall.reason``)."""
     if not reason:
         return ""
-    lines = reason.splitlines()
-    why = lines[1].split("): ", 1)[-1] if len(lines) > 1 else lines[0]
-    return f" (chosen: at {AUTO_D_HEAD}, {why})"
+    return f" (chosen: at {AUTO_D_HEAD}, {reason.splitlines()[0]})"
 
 
 def _certificate(s: dict[str, Any]) -> str:

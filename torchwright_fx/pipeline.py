@@ -90,7 +90,7 @@ class Build:
     seconds: dict[str, float] = field(default_factory=dict)
     critical_path_layers: int = 0
     peak_live_width: int = 0
-    d_head_reason: str = ""  # why d_head=None chose more than AUTO_D_HEAD (the refusal at 32)
+    d_head_reason: str = ""  # why d_head=None chose more than AUTO_D_HEAD (HeadTooSmall.reason)
 
 
 def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
@@ -110,7 +110,7 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
         except HeadTooSmall as e:
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
                 raise
-            reason = str(e) if not reason else reason
+            reason = e.reason if not reason else reason
             geom = Geometry(e.d_head, opts.max_seq_len)
 
 

@@ -22,12 +22,14 @@ class CompileError(TorchwrightError):
 
 class HeadTooSmall(CompileError):
     """A construction needs more content dims in one head than d_head leaves: ``d_head`` is the
-    smallest head size that fits. With ``d_head=None`` (the default) the compiler retries at
-    that size instead of raising."""
+    smallest head size that fits, ``reason`` why (the construction's words, without the user's
+    line and the op that the message adds). With ``d_head=None`` (the default) the compiler
+    retries at that size instead of raising, and its summary quotes ``reason``."""
 
-    def __init__(self, message: str, d_head: int):
+    def __init__(self, message: str, d_head: int, reason: str | None = None):
         super().__init__(message)
         self.d_head = d_head
+        self.reason = message if reason is None else reason
 
 
 class InputError(TorchwrightError, ValueError):
@@ -94,4 +96,4 @@ def node_error(node: torch.fx.Node, what: str, advice: str = "", d_head: int | N
     msg = f"{node_source(node)}\n  in `{op}` ({node.name}): {what}"
     if advice:
         msg += f"\n  {advice}"
-    return CompileError(msg) if d_head is None else HeadTooSmall(msg, d_head)
+    return CompileError(msg) if d_head is None else HeadTooSmall(msg, d_head, what)

@@ -400,7 +400,8 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
     values from the hidden states (``runtime.forward(..., capture=True)``); such a build does
     not generate. ``progress``: a one-line progress display on stderr (None: on a terminal
     outside CI; True: always; False: never)."""
-    opts = Options(d_model, d_head, max_seq_len, optimize, machine, exact, output, progress)
+    opts = Options(d_model=d_model, d_head=d_head, max_seq_len=max_seq_len, optimize=optimize,
+                   machine=machine, exact=exact, output=output, progress=progress)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

@@ -1,4 +1,4 @@
-"""Measure every op's numerical error, compiled, against exact math (DESIGN §6.4).
+"""Measure every op's numerical error, compiled, against exact math (docs/design-notes.md §9).
 
 For each op, machine (swiglu, relu) and named input distribution, a probe program applying the
 op to per-position inputs is compiled and run through the in-process runtime (the real

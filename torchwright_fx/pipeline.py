@@ -1,4 +1,5 @@
-"""The compiler as a chain of plain stages (DESIGN §3); each can be run and inspected alone.
+"""The compiler as a chain of plain stages (docs/design-notes.md §2); each can be run and
+inspected alone.
 
     fn --capture--> fx.GraphModule --propagate--> annotated fx graph
        --lower--> Program --passes--> Program --schedule--> Plan --columns--> Plan

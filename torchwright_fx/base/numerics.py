@@ -50,7 +50,8 @@ SINGLE_PLANE_LENGTH = 2048
 DECODE_GAIN = 16.0
 
 # -- RMSNorm identity --------------------------------------------------------------------------
-# Smallest power-of-two pin exponent (DESIGN §5): data energy must stay below 2**(2q-24).
+# Smallest power-of-two pin exponent (docs/design-notes.md §5): the data's energy must stay
+# below 2**(2q-24).
 PIN_MIN_EXPONENT = 44
 # Largest pin exponent: pin**2 summed must stay finite in fp32 (max ~2**128).
 PIN_MAX_EXPONENT = 60
@@ -70,7 +71,8 @@ SILU_PEAK = 1.2784645427610738
 # max_y d/dy SiLU(y) = 1.0998...: a SiLU hinge is at most this much steeper than relu.
 SILU_MAX_SLOPE = 1.1
 # SwiGLU knots closer than KNOT_SPACING / (S * input_scale) would have overlapping rounded
-# corners: each corner is inexact within SATURATION/(S*s) ~ 17/(S*s) of its knot (DESIGN §6.2).
+# corners: each corner is inexact within SATURATION/(S*s) ~ 17/(S*s) of its knot
+# (docs/design-notes.md §6).
 KNOT_SPACING = 34.0
 # Every multiple of 1/2 below 2**23 is an fp32 number: sums of half-integer lane values with
 # weights +-1 are exact while all partial sums stay below this.
@@ -254,7 +256,7 @@ CODE_TOLERANCE = 1e-3
 AUTO_D_HEAD = 32
 AUTO_D_HEAD_LIMIT = 256
 
-# -- selection heads (selectors.py) ----------------------------------------------------------------
+# -- selection heads (families/selectors.py) -------------------------------------------------------
 # Logit gains (see the module docstring): the fallback trails the selection by B, every
 # unselected key trails the fallback by B as well.
 FALLBACK_GAP = AMPLITUDE_HEADROOM * ATTENTION_MARGIN

@@ -2,7 +2,7 @@
 
 Widths and dtypes come from running the eager semantics on a short example; the BOS row is
 known at compile time because position 0 only ever sees the ``<bos>`` token (everything is
-causal). Value ranges are derived during lowering, one rule per op (``lower/table/``).
+causal). Value ranges are derived during lowering, one rule per op (``families/``).
 """
 
 from __future__ import annotations

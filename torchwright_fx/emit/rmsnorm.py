@@ -1,4 +1,4 @@
-"""RMSNorm made an exact identity (DESIGN §5).
+"""RMSNorm made an exact identity (docs/design-notes.md §5).
 
 Pin columns hold powers of two in every embedding row so that the sum of squares of the pins
 is exactly d * 4**m. Every norm gain is 2**m, so ``norm(h) = 2**m * h / sqrt(mean(h**2))`` is

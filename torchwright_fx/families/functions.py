@@ -1,5 +1,5 @@
 """Functions of one value: ``tw.piecewise`` (piecewise-linear) and ``tw.reciprocal``. Each is
-an eager reference (exact math on tensors) plus a lowering (DESIGN §2.2, §6); the
+an eager reference (exact math on tensors) plus a lowering (docs/design-notes.md §6-§7); the
 constructions live in ``ops/ffn/``, the errors they carry are measured in
 ``docs/numerical_noise.md``.
 

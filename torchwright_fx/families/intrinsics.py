@@ -1,10 +1,10 @@
 """The ``tw.*`` intrinsics: each is one definition holding its eager reference semantics and
 its lowering to primitive ops.
 
-Streams are float tensors of shape ``[seq, width]``, one row per position, causal (DESIGN
-§2.1). Calling an intrinsic on tensors runs the eager semantics; calling it while tracing
-records one fx node whose target is the intrinsic itself, so helper code in any module can
-use them.
+Streams are float tensors of shape ``[seq, width]``, one row per position, causal
+(docs/design-notes.md §1). Calling an intrinsic on tensors runs the eager semantics;
+calling it while tracing records one fx node whose target is the intrinsic itself, so
+helper code in any module can use them.
 """
 
 from __future__ import annotations

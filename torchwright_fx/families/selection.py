@@ -1,6 +1,6 @@
 """Selectors while lowering (``tw.select``): the values of keys and queries, their indicator
 columns, and the content dims of a selection head (docs/attention.md, "Query-dependent
-selection"). The intrinsics that read selectors live in ``torchwright_fx/selectors.py``.
+selection"). The intrinsics that read selectors live in ``families/selectors.py``.
 
 A selector is a predicate over the values of some key streams and query streams. Its head
 holds, per part (``&`` joins parts), one content dim per class of interchangeable key values

@@ -110,7 +110,7 @@ class Shared:
 
     position: Lin | None = None  # the decoded position (ops/position.py)
     inverse_position: Lin | None = None  # fl(1 / (i + 1)), the head the position decodes
-    position_squared: Lin | None = None  # its square, for tw.gather (positional.py)
+    position_squared: Lin | None = None  # its square, for tw.gather (families/positional.py)
     position_squared_error: float = 0.0  # |position_squared - position**2|
     indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
 

@@ -2,7 +2,7 @@
 
 Facts feed every exactness decision: where a step may put its ramp (between the points of the
 value's lattice, where it is exact), how large a gating offset must be, the RMSNorm energy
-certificate (DESIGN §5), and the proof that the output is a whole token code.
+certificate (docs/design-notes.md §5), and the proof that the output is a whole token code.
 
 - ``lo``/``hi``: every exact value lies in [lo, hi].
 - ``step``/``offset``: every exact value is ``offset + n * step`` for an integer n (``step`` 0:
@@ -22,9 +22,8 @@ certificate (DESIGN §5), and the proof that the output is a whole token code.
   reference and the compiled model except where a value that is not reached exactly enough
   can sit on its threshold (``ops/ties.py``): there the reference may fall on either side.
 
-Every rule derives the facts of its output from those of its inputs (``lower/table/``,
-``intrinsics.py``, ``tables.py``, ``functions.py``, ``positional.py``, ``selectors.py``); the
-rules here are the arithmetic they share.
+Every rule derives the facts of its output from those of its inputs (the op families in
+``families/``); the rules here are the arithmetic they share (docs/design-notes.md §9).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attention-head constructions and the RoPE geometry they share (DESIGN §5).
+"""Attention-head constructions and the RoPE geometry they share (docs/design-notes.md §8).
 
 Position enters only through RoPE. Each head has ``geom.rotary`` rotary dims in Phi-3's
 ``rotate_half`` layout: planes (p, p + rotary/2) turning at Phi-3's frequencies

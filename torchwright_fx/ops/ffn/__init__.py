@@ -1,4 +1,4 @@
-"""FFN constructions (DESIGN §6), written once on top of ``Bank``.
+"""FFN constructions (docs/design-notes.md §7), written once on top of ``Bank``.
 
 Every non-linear op on one scalar is a piecewise-linear function of it, and every such
 function is ``const + slope*x + sum_i w_i * relu(x - k_i)``: a ``Pwl``. ``emit`` writes one into
@@ -16,7 +16,7 @@ Exactness rests on two facts:
 - *Exact sums.* Lane values on a half-integer grid, summed with weights +-1, are exact in fp32
   while every partial sum stays below 2**23 (``EXACT_HALF_INTEGERS``). ``magnitude`` bounds
   the partial sums of a column (the sum of |lane| at the worst x); staircases over wide
-  ranges are split into two stages to stay under it (DESIGN §6.2).
+  ranges are split into two stages to stay under it (docs/design-notes.md §7.3).
 
 Functions taking ``(bank, out, ...)`` without returning an ``Emitted`` put the whole value in
 the bank (lanes plus ``bank.const``): the older contract other modules rely on.

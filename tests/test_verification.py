@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import torchwright_fx as tw
-from torchwright_fx.lower import rules
+from torchwright_fx.capture import registry
 
 VOCAB = tw.Vocab("abcdef\n")
 
@@ -32,12 +33,13 @@ def test_probe_is_clean_on_a_correct_build():
 
 
 def test_probe_names_a_planted_wrong_construction(monkeypatch):
-    real_rule = rules.FUNCTIONS[operator.gt]
+    real = registry.OPS[operator.gt]
+    real_rule = real.lower
 
     def off_by_one(ctx, a, b):  # the lowering of `>` with a perturbed threshold
         return real_rule(ctx, a, b + 1 if b == 6 else b)
 
-    monkeypatch.setitem(rules.FUNCTIONS, operator.gt, off_by_one)
+    monkeypatch.setitem(registry.OPS, operator.gt, dataclasses.replace(real, lower=off_by_one))
     compiled = tw.compile(_program, vocab=VOCAB, max_seq_len=32)
     report = compiled.probe("abcdef\n")
     assert report.first_bad is not None, str(report)

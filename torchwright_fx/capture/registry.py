@@ -1,17 +1,26 @@
-"""The intrinsic registry: how a ``tw.*`` function becomes one fx node while tracing and its
-eager semantics otherwise, and the context the eager semantics run in (the vocabulary token
-names resolve against; whether ``tw.check`` / ``tw.claim`` assert).
+"""The op registry: one ``OpSpec`` per op (torch function, Tensor method or ``tw.*``
+intrinsic) holding its eager semantics, its facts rule and its lowering rule; how a ``tw.*``
+function becomes one fx node while tracing and its eager semantics otherwise; and the context
+the eager semantics run in (the vocabulary token names resolve against; whether ``tw.check`` /
+``tw.claim`` assert).
 
-Op families (``intrinsics.py``, ``tables.py``, ``functions.py``, ``positional.py``,
-``selectors.py``, ``libraries.py``) declare their intrinsics here with
-``@intrinsic(lowering_rule)``; capture and lowering look them up with ``info(target)``.
-Nothing here knows how an op lowers.
+Registering, in the op's family file (``torchwright_fx/families/``):
+
+- a torch op: ``@lowering(torch.floor, methods=("floor",))`` on its lowering rule and
+  ``@facts(torch.floor, methods=("floor",))`` on its facts rule (torch is its eager semantics);
+- a ``tw.*`` intrinsic: ``@intrinsic(lower=rule, facts=rule)`` on its eager function (or
+  ``@intrinsic`` alone and ``@lowering(fn)`` / ``@facts(fn)`` on rules defined after it);
+- an alias whose certificate is the same op's: ``alias(new_target, existing_target)``.
+
+The analysis and lowering interpreters find an fx node's spec with ``spec_of(node)``. Nothing
+here knows how an op lowers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,14 +68,83 @@ def current_vocab() -> Vocab:
     return vocab
 
 
+Rule = Callable[..., Any]
+
+
 @dataclass(frozen=True)
-class IntrinsicInfo:
-    eager: Callable[..., Any]
-    lower: Callable[..., Any]
-    machine: str | None = None  # set for ops that belong to one op library
+class OpSpec:
+    """Everything the compiler knows of one op. ``eager``: the reference semantics (a torch
+    function is its own); ``lower(ctx, *args, **kwargs) -> Stream``; ``facts(ctx, *args,
+    **kwargs)``: the output's facts from the inputs' (facts/analysis.py); ``machine``: set for
+    the ops of one op library (``ops.swiglu`` / ``ops.relu``)."""
+
+    name: str
+    eager: Callable[..., Any] | None = None
+    lower: Rule | None = None
+    facts: Rule | None = None
+    machine: str | None = None
+    intrinsic: bool = False
 
 
+# Keys: a callable (torch function, operator, intrinsic) or ("method", name) for Tensor methods.
+OPS: dict[object, OpSpec] = {}
 INTRINSICS: list[Callable[..., Any]] = []
+
+
+def _key(target: object) -> object:
+    return ("method", target) if isinstance(target, str) else target
+
+
+def _op_name(target: object) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    return f"{module}.{name}" if module and module != "builtins" else str(name)
+
+
+def register(target: object, **fields: Any) -> OpSpec:
+    """Set ``fields`` of ``target``'s spec (created on first use); returns the new spec."""
+    key = _key(target)
+    old = OPS.get(key) or OpSpec(_op_name(target),
+                                 eager=None if isinstance(target, str) else target)  # type: ignore[arg-type]
+    OPS[key] = spec = dataclasses.replace(old, **fields)
+    return spec
+
+
+def _registering(field_name: str, targets: tuple[object, ...],
+                 methods: tuple[str, ...]) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        for t in (*targets, *methods):
+            register(t, **{field_name: fn})
+        return fn
+
+    return deco
+
+
+def lowering(*targets: object, methods: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the lowering rule of ``targets`` and ``methods``."""
+    return _registering("lower", targets, methods)
+
+
+def facts(*targets: object, methods: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+    """Register the decorated function as the facts rule of ``targets`` and ``methods``."""
+    return _registering("facts", targets, methods)
+
+
+def alias(target: object, same_as: object) -> None:
+    """``target`` is lowered and analysed as ``same_as`` (its certificate is unchanged)."""
+    base = OPS[_key(same_as)]
+    register(target, lower=base.lower, facts=base.facts, machine=base.machine)
+
+
+def spec_of(node: torch.fx.Node) -> OpSpec | None:
+    """The registered spec of an fx node's target (None: no rule, or not an op)."""
+    if node.op == "call_function":
+        return OPS.get(node.target)
+    if node.op == "call_method":
+        return OPS.get(("method", str(node.target)))
+    return None
 
 
 def _find_proxy(obj: object) -> torch.fx.Proxy | None:
@@ -110,8 +188,10 @@ def resolve_callables(obj: Any) -> Any:
     return obj
 
 
-def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable[[F], F]:
-    """Declare ``eager`` as an intrinsic lowered by ``lower(ctx, *args, **kwargs)``."""
+def intrinsic(lower: Rule | None = None, machine: str | None = None,
+              facts: Rule | None = None) -> Callable[[F], F]:
+    """Declare ``eager`` as an intrinsic (one fx node when traced, ``eager`` otherwise) lowered
+    by ``lower(ctx, *args, **kwargs)`` and analysed by ``facts``."""
 
     def deco(eager: F) -> F:
         @functools.wraps(eager)
@@ -122,15 +202,20 @@ def intrinsic(lower: Callable[..., Any], machine: str | None = None) -> Callable
                 return proxy.tracer.create_proxy("call_function", wrapper, args, kwargs)
             return eager(*resolve_callables(args), **resolve_callables(kwargs))
 
-        wrapper.__tw_intrinsic__ = IntrinsicInfo(eager, lower, machine)  # type: ignore[attr-defined]
+        wrapper.__tw_intrinsic__ = True  # type: ignore[attr-defined]
+        fields = {"lower": lower, "facts": facts}
+        register(wrapper, name=f"tw.{eager.__name__}", eager=eager, machine=machine,
+                 intrinsic=True, **{k: v for k, v in fields.items() if v is not None})
         INTRINSICS.append(wrapper)
         return cast(F, wrapper)
 
     return deco
 
 
-def info(target: object) -> IntrinsicInfo | None:
-    return getattr(target, "__tw_intrinsic__", None)
+def info(target: object) -> OpSpec | None:
+    """The spec of an intrinsic (None for anything else)."""
+    spec = OPS.get(target) if getattr(target, "__tw_intrinsic__", False) else None
+    return spec
 
 
 def checks_on() -> bool:

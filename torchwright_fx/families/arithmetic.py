@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from torchwright_fx.base import numerics
+from torchwright_fx.capture.registry import lowering
 from torchwright_fx.families.rounding import rounded
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
@@ -24,7 +25,6 @@ from torchwright_fx.lower.rules import (
     grid,
     pwl_stream,
     read_noise,
-    rule,
     user_errors,
 )
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
@@ -32,7 +32,7 @@ from torchwright_fx.ops import ffn
 
 
 # -- products, powers, reciprocals ----------------------------------------------------------------
-@rule(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
+@lowering(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
 def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
     w = ctx.out_width
     if is_const(b) or is_const(a):
@@ -133,12 +133,12 @@ def _power_range(r: Interval, n: int) -> Interval:
     return Interval.of(r.lo ** n, r.hi ** n, lat, noise, r.derived())
 
 
-@rule(torch.square, methods=("square",))
+@lowering(torch.square, methods=("square",))
 def _square(ctx: LowerCtx, a: Any, *, step: float | None = None) -> Stream:
     return power(ctx, to_stream(a, ctx.out_width), 2, step)
 
 
-@rule(operator.pow, torch.pow, methods=("pow", "__pow__"))
+@lowering(operator.pow, torch.pow, methods=("pow", "__pow__"))
 def _pow(ctx: LowerCtx, a: Any, n: Any) -> Stream:
     if not isinstance(a, Stream) or isinstance(n, Stream) or not float(n).is_integer() \
             or n < 0:
@@ -148,7 +148,7 @@ def _pow(ctx: LowerCtx, a: Any, n: Any) -> Stream:
     return power(ctx, to_stream(a, ctx.out_width), int(n))
 
 
-@rule(torch.reciprocal, methods=("reciprocal",))
+@lowering(torch.reciprocal, methods=("reciprocal",))
 def _reciprocal_rule(ctx: LowerCtx, a: Any) -> Stream:
     return reciprocal(ctx, to_stream(a, ctx.out_width))
 
@@ -174,7 +174,7 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 
-@rule(operator.truediv, torch.div, torch.true_divide, methods=(
+@lowering(operator.truediv, torch.div, torch.true_divide, methods=(
     "div", "__truediv__", "true_divide"))
 def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
     w = ctx.out_width
@@ -192,6 +192,6 @@ def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> 
     return rounded(ctx, quotient, rounding_mode)
 
 
-@rule(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
+@lowering(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
 def _floordiv(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _div(ctx, a, b, rounding_mode="floor")

@@ -17,10 +17,9 @@ import sympy
 import torch
 
 from torchwright_fx.base import numerics
-from torchwright_fx.capture.registry import intrinsic
+from torchwright_fx.capture.registry import OPS, intrinsic
 from torchwright_fx.families import arithmetic
 from torchwright_fx.families import functions as pw
-from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream, to_stream
 
@@ -40,11 +39,13 @@ def _define(machine: str, eager: Callable[..., Any], rule: Callable[..., Any],
 
 
 def _rule(target: Any) -> Callable[..., Any]:
-    return rules.FUNCTIONS[target]
+    rule = OPS[target].lower
+    assert rule is not None, f"{target} has no lowering"
+    return rule
 
 
 def _mul_rule(ctx: LowerCtx, a: Any, b: Any, step: float | None = None) -> Stream:
-    return rules.FUNCTIONS[torch.mul](ctx, a, b, step=step)
+    return _rule(torch.mul)(ctx, a, b, step=step)
 
 
 def _square_rule(ctx: LowerCtx, x: Any, step: float | None = None) -> Stream:

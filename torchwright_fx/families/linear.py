@@ -8,17 +8,22 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from torchwright_fx.capture.registry import lowering
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
 )
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.rules import _last_dim, _scale, _streams, rule
+from torchwright_fx.lower.rules import (
+    _last_dim,
+    _scale,
+    _streams,
+)
 from torchwright_fx.lower.stream import Stream, to_stream
 
 
 # -- linear ------------------------------------------------------------------------------------
-@rule(operator.add, torch.add, methods=("add", "__add__", "__radd__"))
+@lowering(operator.add, torch.add, methods=("add", "__add__", "__radd__"))
 def _add(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
     x, y = _streams(ctx, a, b)
     if x.is_bool and y.is_bool:
@@ -30,27 +35,27 @@ def _add(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
                   [r + s for r, s in zip(x.ranges, y.ranges, strict=True)])
 
 
-@rule(operator.sub, torch.sub, methods=("sub", "__sub__"))
+@lowering(operator.sub, torch.sub, methods=("sub", "__sub__"))
 def _sub(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
     return _add(ctx, a, _scale(to_stream(b, ctx.out_width), [-float(alpha)] * ctx.out_width))
 
 
-@rule(torch.rsub, methods=("__rsub__",))
+@lowering(torch.rsub, methods=("__rsub__",))
 def _rsub(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _sub(ctx, b, a)
 
 
-@rule(operator.neg, torch.neg, methods=("neg", "__neg__"))
+@lowering(operator.neg, torch.neg, methods=("neg", "__neg__"))
 def _neg(ctx: LowerCtx, a: Any) -> Stream:
     return _scale(to_stream(a, ctx.out_width), [-1.0] * ctx.out_width)
 
 
-@rule(operator.pos)
+@lowering(operator.pos)
 def _pos(ctx: LowerCtx, a: Any) -> Stream:
     return to_stream(a, ctx.out_width)
 
 
-@rule(operator.getitem)
+@lowering(operator.getitem)
 def _getitem(ctx: LowerCtx, v: Any, index: Any) -> Stream:
     if not isinstance(v, Stream):
         raise ctx.error("indexing a constant inside the program", "index it outside the function")
@@ -70,7 +75,7 @@ def _getitem(ctx: LowerCtx, v: Any, index: Any) -> Stream:
     return Stream([v.cols[i] for i in picked], [v.ranges[i] for i in picked], v.is_bool)
 
 
-@rule(torch.cat, torch.concat, torch.concatenate)
+@lowering(torch.cat, torch.concat, torch.concatenate)
 def _cat(ctx: LowerCtx, tensors: Any, dim: int = 0) -> Stream:
     if dim not in (-1, 1):
         raise ctx.error(f"torch.cat along dim {dim}", "concatenate along the last dim (dim=-1)")
@@ -79,7 +84,7 @@ def _cat(ctx: LowerCtx, tensors: Any, dim: int = 0) -> Stream:
                   all(p.is_bool for p in parts))
 
 
-@rule(torch.stack)
+@lowering(torch.stack)
 def _stack(ctx: LowerCtx, tensors: Any, dim: int = 0) -> Stream:
     """stack of [seq] (width-1) streams along the last dim is a concatenation of columns."""
     parts = [to_stream(t, 1) if not isinstance(t, Stream) else t for t in tensors]
@@ -96,7 +101,7 @@ def _weights(w: Any) -> torch.Tensor:
     return w.detach().to(torch.float64)
 
 
-@rule(operator.matmul, torch.matmul, torch.mm, methods=("matmul", "__matmul__", "mm"))
+@lowering(operator.matmul, torch.matmul, torch.mm, methods=("matmul", "__matmul__", "mm"))
 def _matmul(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     if not isinstance(a, Stream) or isinstance(b, Stream):
         raise ctx.error("matmul needs a stream on the left and constant weights on the right")
@@ -106,7 +111,7 @@ def _matmul(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _apply_matrix(a, weights, None)
 
 
-@rule(F.linear)
+@lowering(F.linear)
 def _linear(ctx: LowerCtx, x: Any, weight: Any, bias: Any = None) -> Stream:
     if not isinstance(x, Stream) or isinstance(weight, Stream) or isinstance(bias, Stream):
         raise ctx.error("F.linear needs constant weight and bias")
@@ -129,7 +134,7 @@ def _apply_matrix(x: Stream, w: torch.Tensor, bias: torch.Tensor | None) -> Stre
     return Stream(cols, ranges)
 
 
-@rule(torch.sum, methods=("sum",))
+@lowering(torch.sum, methods=("sum",))
 def _sum(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False, **_: Any) -> Stream:
     _last_dim(ctx, dim, "sum")
     x = v if isinstance(v, Stream) else to_stream(v, 1)
@@ -141,13 +146,13 @@ def _sum(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False, **_: Any
 
 
 # -- identity-like --------------------------------------------------------------------------------
-@rule(methods=("float", "contiguous", "clone", "detach", "to", "type", "double"))
+@lowering(methods=("float", "contiguous", "clone", "detach", "to", "type", "double"))
 def _same(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
     x = to_stream(v, ctx.out_width)
     return Stream(x.cols, x.ranges, False)
 
 
-@rule(torch.squeeze, torch.unsqueeze, torch.reshape, methods=(
+@lowering(torch.squeeze, torch.unsqueeze, torch.reshape, methods=(
     "squeeze", "unsqueeze", "view", "reshape", "flatten"))
 def _reshape(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
     x = to_stream(v, ctx.out_width)
@@ -156,7 +161,7 @@ def _reshape(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
     return x
 
 
-@rule(torch.ones_like, torch.zeros_like, torch.full_like)
+@lowering(torch.ones_like, torch.zeros_like, torch.full_like)
 def _const_like(ctx: LowerCtx, v: Any, *args: Any, **kwargs: Any) -> Stream:
     row = ctx.shape.bos.reshape(-1)  # a constant stream: any row will do
     return Stream.const([float(r) for r in row], ctx.shape.dtype == torch.bool)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.capture.registry import Rule, lowering
 from torchwright_fx.families.linear import _add
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
@@ -19,13 +20,11 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
-    Rule,
     _last_dim,
     _scale,
     _streams,
     pwl_stream,
     read_noise,
-    rule,
     user_errors,
     value_set,
 )
@@ -98,13 +97,13 @@ def _comparison(op: str) -> Rule:
 
 
 for _op in ("gt", "ge", "lt", "le", "eq", "ne"):
-    rule(getattr(operator, _op), getattr(torch, _op),
+    lowering(getattr(operator, _op), getattr(torch, _op),
          methods=(_op, f"__{_op}__"))(_comparison(_op))
-rule(torch.greater, methods=("greater",))(_comparison("gt"))
-rule(torch.greater_equal, methods=("greater_equal",))(_comparison("ge"))
-rule(torch.less, methods=("less",))(_comparison("lt"))
-rule(torch.less_equal, methods=("less_equal",))(_comparison("le"))
-rule(torch.not_equal, methods=("not_equal",))(_comparison("ne"))
+lowering(torch.greater, methods=("greater",))(_comparison("gt"))
+lowering(torch.greater_equal, methods=("greater_equal",))(_comparison("ge"))
+lowering(torch.less, methods=("less",))(_comparison("lt"))
+lowering(torch.less_equal, methods=("less_equal",))(_comparison("le"))
+lowering(torch.not_equal, methods=("not_equal",))(_comparison("ne"))
 
 
 def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
@@ -138,15 +137,15 @@ def _logic(op: str) -> Rule:
     return lower
 
 
-rule(operator.and_, torch.logical_and, torch.bitwise_and,
+lowering(operator.and_, torch.logical_and, torch.bitwise_and,
      methods=("__and__", "__rand__", "logical_and", "bitwise_and"))(_logic("and"))
-rule(operator.or_, torch.logical_or, torch.bitwise_or,
+lowering(operator.or_, torch.logical_or, torch.bitwise_or,
      methods=("__or__", "__ror__", "logical_or", "bitwise_or"))(_logic("or"))
-rule(operator.xor, torch.logical_xor, torch.bitwise_xor,
+lowering(operator.xor, torch.logical_xor, torch.bitwise_xor,
      methods=("__xor__", "__rxor__", "logical_xor", "bitwise_xor"))(_logic("xor"))
 
 
-@rule(operator.invert, torch.logical_not, torch.bitwise_not,
+@lowering(operator.invert, torch.logical_not, torch.bitwise_not,
       methods=("__invert__", "logical_not", "bitwise_not"))
 def _not(ctx: LowerCtx, a: Any) -> Stream:
     (x,) = _bools(ctx, a)
@@ -167,11 +166,11 @@ def _reduce_logic(op: str) -> Rule:
     return lower
 
 
-rule(torch.all, methods=("all",))(_reduce_logic("and"))
-rule(torch.any, methods=("any",))(_reduce_logic("or"))
+lowering(torch.all, methods=("all",))(_reduce_logic("and"))
+lowering(torch.any, methods=("any",))(_reduce_logic("or"))
 
 
-@rule(torch.where)
+@lowering(torch.where)
 def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     w = ctx.out_width
     (c,) = _bools(ctx, cond)
@@ -192,7 +191,7 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     return cols.finish(ranges, x.is_bool and y.is_bool)
 
 
-@rule(methods=("bool",))
+@lowering(methods=("bool",))
 def _to_bool(ctx: LowerCtx, v: Any) -> Stream:
     x = to_stream(v, ctx.out_width)
     if all(r.is_bool for r in x.ranges):

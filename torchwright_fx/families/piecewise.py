@@ -8,29 +8,34 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from torchwright_fx.capture.registry import Rule, lowering
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.rules import INF, Rule, _streams, pwl_stream, rule
+from torchwright_fx.lower.rules import (
+    INF,
+    _streams,
+    pwl_stream,
+)
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Pwl
 
 
 # -- piecewise-linear -----------------------------------------------------------------------------
-@rule(torch.relu, F.relu, methods=("relu",))
+@lowering(torch.relu, F.relu, methods=("relu",))
 def _relu(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
     x = to_stream(a, ctx.out_width)
     ranges = [r.clamp(0.0, INF).with_noise(0.0) for r in x.ranges]
     return pwl_stream(ctx, x.cols, x.ranges, [ffn.relu_pwl()] * x.width, ranges)
 
 
-@rule(torch.abs, operator.abs, methods=("abs", "__abs__"))
+@lowering(torch.abs, operator.abs, methods=("abs", "__abs__"))
 def _abs(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
     ranges = [r.absolute().with_noise(0.0) for r in x.ranges]
     return pwl_stream(ctx, x.cols, x.ranges, [ffn.abs_pwl()] * x.width, ranges)
 
 
-@rule(torch.clamp, torch.clip, methods=("clamp", "clip"))
+@lowering(torch.clamp, torch.clip, methods=("clamp", "clip"))
 def _clamp(ctx: LowerCtx, a: Any, min: Any = None, max: Any = None) -> Stream:
     x = to_stream(a, ctx.out_width)
     if isinstance(min, Stream) or isinstance(max, Stream):  # two stages of max / min
@@ -58,12 +63,12 @@ def _extremum(ctx: LowerCtx, a: Any, b: Any, sign: float) -> Stream:
     return Stream([c + p for c, p in zip(y.cols, parts.cols, strict=True)], ranges)
 
 
-@rule(torch.maximum, torch.fmax, methods=("maximum", "fmax"))
+@lowering(torch.maximum, torch.fmax, methods=("maximum", "fmax"))
 def _maximum(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _extremum(ctx, a, b, 1.0)
 
 
-@rule(torch.minimum, torch.fmin, methods=("minimum", "fmin"))
+@lowering(torch.minimum, torch.fmin, methods=("minimum", "fmin"))
 def _minimum(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _extremum(ctx, a, b, -1.0)
 
@@ -87,16 +92,16 @@ def _max_or_reduction(sign: float) -> Rule:
     return lower
 
 
-rule(torch.max, methods=("max",))(_max_or_reduction(1.0))
-rule(torch.min, methods=("min",))(_max_or_reduction(-1.0))
+lowering(torch.max, methods=("max",))(_max_or_reduction(1.0))
+lowering(torch.min, methods=("min",))(_max_or_reduction(-1.0))
 
 
-@rule(F.hardtanh)
+@lowering(F.hardtanh)
 def _hardtanh(ctx: LowerCtx, a: Any, min_val: float = -1.0, max_val: float = 1.0,
               inplace: bool = False) -> Stream:
     return _clamp(ctx, a, min_val, max_val)
 
 
-@rule(F.relu6)
+@lowering(F.relu6)
 def _relu6(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
     return _clamp(ctx, a, 0.0, 6.0)

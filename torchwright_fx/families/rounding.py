@@ -13,6 +13,7 @@ import torch
 
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.numerics import NOISE_TOLERANCE
+from torchwright_fx.capture.registry import Rule, lowering
 from torchwright_fx.families.logic import COMPARE_ADVICE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
@@ -24,12 +25,10 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
-    Rule,
     _divided,
     _scale,
     grid,
     pwl_stream,
-    rule,
     snapped,
     user_errors,
     value_set,
@@ -169,13 +168,13 @@ def _rounding_rule(kind: str) -> Rule:
     return lower
 
 
-rule(torch.floor, methods=("floor",))(_rounding_rule("floor"))
-rule(torch.ceil, methods=("ceil",))(_rounding_rule("ceil"))
-rule(torch.round, methods=("round",))(_rounding_rule("round"))
-rule(torch.trunc, torch.fix, methods=("trunc", "fix", "int", "long"))(_rounding_rule("trunc"))
+lowering(torch.floor, methods=("floor",))(_rounding_rule("floor"))
+lowering(torch.ceil, methods=("ceil",))(_rounding_rule("ceil"))
+lowering(torch.round, methods=("round",))(_rounding_rule("round"))
+lowering(torch.trunc, torch.fix, methods=("trunc", "fix", "int", "long"))(_rounding_rule("trunc"))
 
 
-@rule(torch.frac, methods=("frac",))
+@lowering(torch.frac, methods=("frac",))
 def _frac(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
     t = rounded(ctx, x, "trunc")
@@ -230,17 +229,17 @@ def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Inter
     return Interval.of(lo, hi, lat)
 
 
-@rule(operator.mod, torch.remainder, methods=("__mod__", "remainder"))
+@lowering(operator.mod, torch.remainder, methods=("__mod__", "remainder"))
 def _remainder(ctx: LowerCtx, a: Any, m: Any) -> Stream:
     return _modulus(ctx, a, m, "floor")
 
 
-@rule(torch.fmod, methods=("fmod",))
+@lowering(torch.fmod, methods=("fmod",))
 def _fmod(ctx: LowerCtx, a: Any, m: Any) -> Stream:
     return _modulus(ctx, a, m, "trunc")
 
 
-@rule(torch.sign, methods=("sign",))
+@lowering(torch.sign, methods=("sign",))
 def _sign(ctx: LowerCtx, a: Any) -> Stream:
     x = to_stream(a, ctx.out_width)
     fs, ranges = [], []

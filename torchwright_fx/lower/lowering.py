@@ -1,7 +1,10 @@
-"""Walk the annotated fx graph once, turning every node into a ``Stream`` by its rule.
+"""Lowering: an ``fx.Interpreter`` over the annotated graph that turns every node into a
+``Stream`` by its registered rule (``capture.registry``: one ``OpSpec`` per op).
 
 The graph is read, never written: what lowering learns about a node goes into the program's
-``NodeRecord`` for it (``Program.nodes``)."""
+``NodeRecord`` for it (``Program.nodes``). Arguments are converted and errors wrapped once,
+here: a rule raises ``CompileError`` (via ``ctx.error``) or a construction's ``RangeError`` /
+``GeometryError``, and the user sees the line of the node being lowered."""
 
 from __future__ import annotations
 
@@ -11,10 +14,9 @@ import torch
 import torch.fx
 
 from torchwright_fx.base.errors import CompileError, node_error, node_source, op_name
-from torchwright_fx.capture.registry import info, using_vocab
+from torchwright_fx.capture.registry import info, spec_of, using_vocab
 from torchwright_fx.ir.graph import MachineKind, NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
-from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable
 from torchwright_fx.lower.stream import Stream
@@ -60,15 +62,6 @@ def choose_machine(gm: torch.fx.GraphModule, requested: MachineKind | None) -> M
     return requested or "swiglu"
 
 
-def _rule(node: torch.fx.Node) -> Any:
-    if node.op == "call_function":
-        meta = info(node.target)
-        if meta is not None:
-            return meta.lower
-        return rules.FUNCTIONS.get(node.target)
-    return rules.METHODS.get(str(node.target))
-
-
 def _has_stream(value: Any) -> bool:
     if isinstance(value, Stream):
         return True
@@ -88,10 +81,96 @@ def _has_lowered(value: Any) -> bool:
     return False
 
 
-def _run_eagerly(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)  # type: ignore[operator]
-    return getattr(args[0], str(node.target))(*args[1:], **kwargs)
+class Lowering(torch.fx.Interpreter):
+    """Runs the graph with lowered values: the placeholder is the token stream, a call on
+    constants only runs eagerly (folded), a call on streams runs its op's lowering rule."""
+
+    def __init__(self, gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: Vocab,
+                 exact: bool = True, code_output: bool = True):
+        super().__init__(gm, garbage_collect_values=False)
+        self.extra_traceback = False  # errors name the user's line themselves
+        self.prog, self.geom, self.vocab = prog, geom, vocab
+        self.exact, self.code_output = exact, code_output
+        self.ctx: LowerCtx | None = None
+        self.tokens = Stream([prog.embed(tuple(float(i == t) for i in range(len(vocab))), BOOL,
+                                         f"x[{vocab.tokens[t]!r}]", "<token stream>")
+                              for t in range(len(vocab))], [BOOL] * len(vocab))
+
+    def lower(self) -> Program:
+        with using_vocab(self.vocab):
+            self.run(self.tokens, enable_io_processing=False)
+        self.prog.check("lower")
+        return self.prog
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        log: list[str] | None = None if self.exact else []
+        self.node, self.ctx = n, None
+        with ffn.recording_approximations(log):
+            value = super().run_node(n)
+        self.prog.approximations += [f"{node_source(n)}: {what}" for what in log or []]
+        if isinstance(value, Stream):
+            self.prog.nodes[n.name] = NodeRecord(
+                n.name, node_source(n), tuple(value.cols), tuple(value.ranges),
+                None if self.ctx is None else self.ctx.error_bound)
+        return value
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self._call(target, args, kwargs)
+
+    def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return self._call(target, args, kwargs)
+
+    def _call(self, target: Any, args: Any, kwargs: Any) -> Any:
+        node = self.node
+        intrinsic_reads = node.op == "call_function" and info(target) is not None and \
+            _has_lowered((args, tuple(kwargs.values())))
+        if not _has_stream((args, kwargs)) and not intrinsic_reads:  # constants: fold
+            if node.op == "call_function":
+                return target(*args, **kwargs)
+            return getattr(args[0], target)(*args[1:], **kwargs)
+        spec = spec_of(node)
+        if spec is None or spec.lower is None:
+            name = op_name(node)
+            raise node_error(node, f"no lowering for {name}", HINTS.get(
+                name.split(".")[-1], "see docs/ops.md for the supported torch ops and tw "
+                                     "intrinsics"))
+        self.ctx = LowerCtx(self.prog, self.geom, self.vocab, node, self.tokens)
+        try:
+            return spec.lower(self.ctx, *args, **kwargs)
+        except (CompileError, AssertionError):
+            raise
+        except ffn.RangeError as e:  # our own obligations: the message says what to do
+            raise node_error(node, str(e)) from None
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            raise node_error(node, f"{type(e).__name__}: {e}") from None
+
+    def output(self, target: Any, args: Any, kwargs: Any) -> Any:
+        node, prog = self.node, self.prog
+        result = node.args[0]
+        value = args[0]
+        if not isinstance(value, Stream) or value.width != 1:
+            raise node_error(node, "the program must return one code stream of width 1",
+                             "return tw.emit(trigger, [...]) or a [seq, 1] stream of token codes")
+        src = node_source(result) if isinstance(result, torch.fx.Node) else ""
+        prog.output, prog.output_range = value.cols[0], value.ranges[0]
+        if not self.code_output:
+            return value
+        try:
+            certify_output(prog)
+        except CompileError as e:
+            raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
+        if isinstance(result, torch.fx.Node):
+            value = decodable(LowerCtx(prog, self.geom, self.vocab, result, self.tokens), value)
+            prog.output, prog.output_range = value.cols[0], value.ranges[0]
+        if decode.margin(prog, prog.output, prog.output_range) <= 0:
+            lo, hi = decode.reachable_codes(prog)
+            raise CompileError(
+                f"{src}\n  the output codes span {lo}..{hi} of a {len(self.vocab)}-token "
+                f"vocabulary and fp32 cannot certify the choice between neighbouring tokens "
+                f"(the code may be off by {prog.output_range.noise:.3g}); reduce the noise "
+                "reaching the output (round it with torch.round first) or use a smaller "
+                "vocabulary")
+        return value
 
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
@@ -100,79 +179,4 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line."""
     prog = Program(vocab, choose_machine(gm, machine))
-    tokens = Stream([prog.embed(tuple(float(i == t) for i in range(len(vocab))), BOOL,
-                                f"x[{vocab.tokens[t]!r}]", "<token stream>")
-                     for t in range(len(vocab))], [BOOL] * len(vocab))
-    env: dict[torch.fx.Node, Any] = {}
-    with using_vocab(vocab):
-        for node in gm.graph.nodes:
-            log: list[str] | None = None if exact else []
-            with ffn.recording_approximations(log):
-                env[node] = _lower_node(gm, prog, geom, vocab, tokens, node, env, code_output)
-            prog.approximations += [f"{node_source(node)}: {what}" for what in log or []]
-    prog.check("lower")
-    return prog
-
-
-def _lower_node(gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: Vocab,
-                tokens: Stream, node: torch.fx.Node, env: dict[torch.fx.Node, Any],
-                code_output: bool = True) -> Any:
-    ctx: LowerCtx | None = None
-    if node.op == "placeholder":
-        value: Any = tokens
-    elif node.op == "get_attr":
-        value = gm
-        for part in str(node.target).split("."):
-            value = getattr(value, part)
-    elif node.op == "output":
-        result = node.args[0]
-        value = env[result] if isinstance(result, torch.fx.Node) else result
-        if not isinstance(value, Stream) or value.width != 1:
-            raise node_error(node, "the program must return one code stream of width 1",
-                             "return tw.emit(trigger, [...]) or a [seq, 1] stream of token codes")
-        src = node_source(result) if isinstance(result, torch.fx.Node) else ""
-        prog.output, prog.output_range = value.cols[0], value.ranges[0]
-        if not code_output:
-            return value
-        try:
-            certify_output(prog)
-        except CompileError as e:
-            raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
-        if isinstance(result, torch.fx.Node):
-            value = decodable(LowerCtx(prog, geom, vocab, result, tokens), value)
-            prog.output, prog.output_range = value.cols[0], value.ranges[0]
-        if decode.margin(prog, prog.output, prog.output_range) <= 0:
-            lo, hi = decode.reachable_codes(prog)
-            raise CompileError(
-                f"{src}\n  the output codes span {lo}..{hi} of a {len(vocab)}-token vocabulary "
-                f"and fp32 cannot certify the choice between neighbouring tokens (the code may "
-                f"be off by {prog.output_range.noise:.3g}); reduce the noise reaching the "
-                "output (round it with torch.round first) or use a smaller vocabulary")
-        return value
-    else:
-        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-        intrinsic_reads = node.op == "call_function" and info(node.target) is not None and \
-            _has_lowered((args, tuple(kwargs.values())))
-        if not _has_stream((args, kwargs)) and not intrinsic_reads:
-            return _run_eagerly(node, args, kwargs)
-        rule = _rule(node)
-        if rule is None:
-            name = op_name(node)
-            raise node_error(node, f"no lowering for {name}", HINTS.get(
-                name.split(".")[-1], "see docs/ops.md for the supported torch ops and tw "
-                                     "intrinsics"))
-        ctx = LowerCtx(prog, geom, vocab, node, tokens)
-        try:
-            value = rule(ctx, *args, **kwargs)
-        except (CompileError, AssertionError):
-            raise
-        except ffn.RangeError as e:  # our own obligations: the message says what to do
-            raise node_error(node, str(e)) from None
-        except (ValueError, TypeError, IndexError, KeyError) as e:
-            raise node_error(node, f"{type(e).__name__}: {e}") from None
-    if isinstance(value, Stream):
-        prog.nodes[node.name] = NodeRecord(node.name, node_source(node), tuple(value.cols),
-                                           tuple(value.ranges),
-                                           None if ctx is None else ctx.error_bound)
-    return value
+    return Lowering(gm, prog, geom, vocab, exact, code_output).lower()

@@ -1,11 +1,12 @@
-"""The rule registry and what every rule shares: facts helpers, the Columns of one FFN bank."""
+"""What every lowering rule shares: facts helpers, snapping, the Columns of one FFN bank. Rules
+register with ``capture.registry.lowering`` in their family file (``families/``)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -21,21 +22,7 @@ from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ffn import Grid, Pwl
 
-Rule = Callable[..., Any]
-FUNCTIONS: dict[Any, Rule] = {}
-METHODS: dict[str, Rule] = {}
 INF = math.inf
-
-
-def rule(*functions: Any, methods: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
-    def deco(fn: Rule) -> Rule:
-        for f in functions:
-            FUNCTIONS[f] = fn
-        for m in methods:
-            METHODS[m] = fn
-        return fn
-
-    return deco
 
 
 def _streams(ctx: LowerCtx, *values: Any) -> list[Stream]:

@@ -10,8 +10,9 @@ import torch
 from conftest import lin_value, load_hf
 
 import torchwright_fx as tw
+from torchwright_fx.base.errors import GeometryError
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ops.attention import Geometry, GeometryError, check_margins
+from torchwright_fx.ops.attention import Geometry, check_margins
 
 VOCAB = tw.Vocab("abcde\n")
 LENGTHS = [1, 2, 17, 100, 512]

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from torchwright_fx.base.errors import NotExact
 from torchwright_fx.ops import ffn
 
 
@@ -42,7 +43,7 @@ def test_a_step_ramp_separates_every_attainable_value(strict):
 
 def test_a_gap_below_the_noise_is_refused_unless_approximations_are_accepted():
     fs = ffn.Fractions(Fraction(1), Fraction(0), 4096, noise=1e-3)
-    with pytest.raises(ffn.NotExact, match="exact=False"):
+    with pytest.raises(NotExact, match="exact=False"):
         ffn.step_ramp(ffn.Step(0.5, True), fs)
     log: list[str] = []
     with ffn.recording_approximations(log):

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import torchwright_fx as tw
+from torchwright_fx.base.errors import GeometryError
 from torchwright_fx.ir.ranges import Interval
-from torchwright_fx.ops.attention import Geometry, GeometryError, check_margins
+from torchwright_fx.ops.attention import Geometry, check_margins
 
 DIGITS = tw.Vocab("0123456789\n")
 

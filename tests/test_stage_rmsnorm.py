@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from torchwright_fx.backends.runtime import rms_norm
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import CompileError, EnergyError
 from torchwright_fx.base.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT, RMS_EPS
-from torchwright_fx.emit.rmsnorm import EnergyError, Pins, choose_pins, pin_count
+from torchwright_fx.emit.rmsnorm import Pins, choose_pins, pin_count
 
 WIDTHS = [1 << e for e in range(4, 13)]  # 16 .. 4096
 ENERGIES = [0.0, 1.0, 3.5, 1e6, 2.0 ** 64, 2.0 ** 64 * (1 + 2 ** -40), 1e20, 2.0 ** 80, 1e27]

@@ -14,12 +14,12 @@ import itertools
 import pytest
 from conftest import ShapeBuilder
 
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import CompileError, PlanError, WidthError
 from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import EMBED, Head, Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.schedule import bounds, columns, heuristic
-from torchwright_fx.schedule.plan import EMBED_STAGE, Plan, PlanError
+from torchwright_fx.schedule.plan import EMBED_STAGE, Plan
 
 UNIT = Interval(0.0, 1.0)
 D_HEAD = 8
@@ -198,7 +198,7 @@ def test_too_small_a_d_model_is_refused_with_a_message() -> None:
     prog = wide(14)  # 15 live signals, the 14 FFN outputs live together to the end
     with pytest.raises(CompileError, match=r"d_model=16") as err:
         columns.allocate(prog, heuristic.schedule(prog), 16)
-    assert isinstance(err.value, columns.WidthError)
+    assert isinstance(err.value, WidthError)
     assert "does not fit" in str(err.value) and "leave d_model unset" in str(err.value)
 
 
@@ -220,7 +220,7 @@ def test_a_block_cannot_reuse_a_column_cancelled_in_its_own_sublayer() -> None:
     """With 5 signals a block, stage 4 writes block 3 while blocks 1 and 2 are cancelled in
     that same attention sublayer: 15 columns at once, one more than d_model=16 leaves."""
     prog = blocks(6, 5)
-    with pytest.raises(columns.WidthError, match="at stage 4"):
+    with pytest.raises(WidthError, match="at stage 4"):
         columns.allocate(prog, heuristic.schedule(prog), 16)
     plan = columns.allocate(prog, heuristic.schedule(prog), 32)
     assert_columns_sound(prog, plan)

@@ -26,12 +26,8 @@ from typing import Any
 
 from torchwright_fx.api import Compiled
 from torchwright_fx.api import compile as compile_program
-from torchwright_fx.base.errors import TorchwrightError
+from torchwright_fx.base.errors import TorchwrightError, UsageError
 from torchwright_fx.vocab import Vocab
-
-
-class UsageError(Exception):
-    """A command line that names no program: one line on stderr, exit status 2."""
 
 
 def load_program(spec: str, options: dict[str, Any]) -> Compiled:

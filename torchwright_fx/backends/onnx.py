@@ -43,11 +43,11 @@ from torchwright_fx.backends.onnx_spec import (
     RUNNER_FILE,
     TOKENIZER_FILE,
     RunnerSpec,
-    SequenceTooLongError,
     StrPath,
     cache_names,
     token_inputs,
 )
+from torchwright_fx.base.errors import SequenceTooLongError
 
 __all__ = [
     "COPIED_FILES",

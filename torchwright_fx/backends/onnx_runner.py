@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from torchwright_fx.backends.onnx_spec import RUNNER_FILE, RunnerSpec, SequenceTooLongError, StrPath
+from torchwright_fx.backends.onnx_spec import RUNNER_FILE, RunnerSpec, StrPath
+from torchwright_fx.base.errors import SequenceTooLongError
 
 INTRA_OP_THREADS = 2
 

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchwright_fx.base.errors import InputError
-
 PREFILL_FILE = "prefill.onnx"
 DECODE_FILE = "decode.onnx"
 RUNNER_FILE = "runner.json"
@@ -26,10 +24,6 @@ COPIED_FILES = (
 )
 FORMAT_VERSION = 1
 StrPath = str | os.PathLike[str]
-
-
-class SequenceTooLongError(InputError):
-    """A prompt or a generation would need more positions than the static cache holds."""
 
 
 # --------------------------------------------------------------------------- names

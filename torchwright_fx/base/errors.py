@@ -1,4 +1,22 @@
-"""Errors that point at the user's source line."""
+"""Every exception torchwright_fx raises, in one hierarchy, and the helpers that point an
+error at the user's source line.
+
+    TorchwrightError                   something the user can act on (the CLI prints it, exit 2)
+    +-- CompileError                   a program the compiler refuses; names the user's line
+    |   +-- HeadTooSmall               a head needs a larger d_head (d_head=None retries there)
+    |   +-- GeometryError, ValueError  d_head / max_seq_len cannot host attention exactly
+    |   +-- WidthError, ValueError     more residual columns than d_model provides
+    |   +-- EnergyError, ValueError    values too large for the RMSNorm pins to absorb
+    +-- InputError, ValueError         a prompt the compiled program cannot take
+        +-- SequenceTooLongError       more positions than the ONNX static cache holds
+    RangeError, ValueError             a construction's obligation on a value range; lowering
+    +-- NotExact                       turns it into a CompileError naming the user's line
+    PlanError, AssertionError          a plan breaking an invariant: a compiler bug
+    UsageError                         a command line naming no program (the CLI, exit 2)
+
+The constructions (``ops/``), the scheduler, the emitter and the backends raise these; each
+class says where.
+"""
 
 from __future__ import annotations
 
@@ -32,9 +50,47 @@ class HeadTooSmall(CompileError):
         self.reason = message if reason is None else reason
 
 
+class GeometryError(CompileError, ValueError):
+    """The chosen d_head / max_seq_len cannot host the attention constructions exactly
+    (``ops/attention.py``, ``ops/position.py``)."""
+
+
+class WidthError(CompileError, ValueError):
+    """The program needs more residual columns than d_model provides
+    (``schedule/columns.py``)."""
+
+
+class EnergyError(CompileError, ValueError):
+    """The data is too large for the RMSNorm pins to absorb (``emit/rmsnorm.py``)."""
+
+
 class InputError(TorchwrightError, ValueError):
     """A prompt the compiled program cannot take (too long, characters outside the
     vocabulary)."""
+
+
+class SequenceTooLongError(InputError):
+    """A prompt or a generation would need more positions than the static cache holds
+    (``backends/onnx_runner.py``)."""
+
+
+class RangeError(ValueError):
+    """A construction needs a finite value range that the program does not provide, or a
+    range it cannot meet (``ops/ffn``, ``ops/ties.py``); lowering turns it into a
+    CompileError naming the user's line."""
+
+
+class NotExact(RangeError):
+    """A step the compiler cannot prove exact (the user may accept it with exact=False)."""
+
+
+class PlanError(AssertionError):
+    """A plan that breaks an invariant: a compiler bug, never a user error
+    (``schedule/plan.py``)."""
+
+
+class UsageError(Exception):
+    """A command line that names no program: one line on stderr, exit status 2 (``cli.py``)."""
 
 
 def is_user_file(filename: str) -> bool:

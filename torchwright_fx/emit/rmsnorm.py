@@ -13,13 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import EnergyError
 from torchwright_fx.base.numerics import PIN_MAX_EXPONENT, PIN_MIN_EXPONENT
 from torchwright_fx.schedule.columns import pin_count  # the scheduler reserves the pins
-
-
-class EnergyError(CompileError, ValueError):
-    """The data is too large for the RMSNorm pins to absorb."""
 
 
 @dataclass(frozen=True)

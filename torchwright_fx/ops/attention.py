@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import torch
 
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import GeometryError
 from torchwright_fx.base.numerics import (
     AMPLITUDE_HEADROOM,
     ATTENTION_MARGIN,
@@ -51,10 +51,6 @@ from torchwright_fx.base.numerics import (
 )
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
-
-
-class GeometryError(CompileError, ValueError):
-    """The chosen d_head / max_seq_len cannot host the attention constructions exactly."""
 
 
 @dataclass(frozen=True)

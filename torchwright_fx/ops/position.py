@@ -29,6 +29,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from torchwright_fx.base.errors import GeometryError
 from torchwright_fx.base.numerics import (
     CHORD_ERROR,
     NEWTON_ERROR,
@@ -42,7 +43,7 @@ from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.ops import attention, ffn
-from torchwright_fx.ops.attention import Geometry, GeometryError
+from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.ops.lanes import Bank
 
 

@@ -21,9 +21,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from torchwright_fx.base.errors import RangeError
 from torchwright_fx.base.numerics import LANDING_SPACINGS, TIE_SCAN_LIMIT
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval, read_float
-from torchwright_fx.ops.ffn import Fractions, Grid, RangeError
+from torchwright_fx.ops.ffn import Fractions, Grid
 
 
 def _attainable(t: Fraction, rng: Interval, values: Grid | Fractions | None) -> bool:

@@ -14,15 +14,10 @@ import dataclasses
 import heapq
 import math
 
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import WidthError
 from torchwright_fx.base.numerics import is_power_of_two
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.schedule.plan import Plan, end_stage
-
-
-class WidthError(CompileError, ValueError):
-    """The program needs more residual columns than d_model provides."""
-
 
 MIN_D_MODEL, MAX_D_MODEL = 16, 1 << 16  # the widths tried when d_model is left to the compiler
 

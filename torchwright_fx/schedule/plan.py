@@ -14,12 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchwright_fx.base.errors import PlanError
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Producer, Program
-
-
-class PlanError(AssertionError):
-    """A plan that breaks an invariant: a compiler bug, never a user error."""
-
 
 EMBED_STAGE = -1
 ATTENTION, MLP = 0, 1  # the stage parity of the two sublayers of a layer

@@ -29,6 +29,7 @@ staircases, rounding plans, lookups), ``elementwise`` (relu, gates, select, logi
 (near-integers made exact).
 """
 
+from torchwright_fx.base.errors import NotExact, RangeError  # noqa: F401  (read as ffn.X)
 from torchwright_fx.base.numerics import GATE_GAP, RAMP_WIDTH  # noqa: F401  (read as ffn.X)
 from torchwright_fx.ir.ranges import frac_gcd, rational  # noqa: F401  (re-exported)
 from torchwright_fx.ops.ffn.elementwise import (  # noqa: F401
@@ -54,7 +55,6 @@ from torchwright_fx.ops.ffn.fp32 import (  # noqa: F401
 from torchwright_fx.ops.ffn.grids import (  # noqa: F401
     Fractions,
     Grid,
-    RangeError,
     _need_finite,
     fractions_of,
     grid_of,
@@ -96,7 +96,6 @@ from torchwright_fx.ops.ffn.snap import (  # noqa: F401
 )
 from torchwright_fx.ops.ffn.steps import (  # noqa: F401
     ROUNDERS,
-    NotExact,
     StairPlan,
     Step,
     approximate,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from torchwright_fx.base.errors import RangeError
 from torchwright_fx.base.numerics import (
     EXACT_LATTICE_STEPS,
     MAX_MEAN_DENOMINATORS,
@@ -24,10 +25,6 @@ from torchwright_fx.ir.ranges import (
     rational,
     read_float,
 )
-
-
-class RangeError(ValueError):
-    """A construction needs a finite value range that the program does not provide."""
 
 
 def _need_finite(rng: Interval, what: str) -> None:

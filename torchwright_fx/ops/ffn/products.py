@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from torchwright_fx.base.errors import RangeError
 from torchwright_fx.base.numerics import (
     HINGE_MAX_ERROR,
     KNOT_SPACING,
@@ -26,7 +27,7 @@ from torchwright_fx.ir.ranges import (
     rational,
 )
 from torchwright_fx.ops.ffn.elementwise import select
-from torchwright_fx.ops.ffn.grids import Grid, RangeError, _need_finite
+from torchwright_fx.ops.ffn.grids import Grid, _need_finite
 from torchwright_fx.ops.ffn.pwl import Hinge, Pwl, emit_into_bank
 from torchwright_fx.ops.lanes import Bank
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from torchwright_fx.base.errors import NotExact, RangeError
 from torchwright_fx.base.numerics import (
     EXACT_HALF_INTEGERS,
     EXACT_LATTICE_STEPS,
@@ -26,7 +27,7 @@ from torchwright_fx.ir.ranges import (
     frac_gcd,
     read_float,
 )
-from torchwright_fx.ops.ffn.grids import Fractions, Grid, RangeError, _need_finite
+from torchwright_fx.ops.ffn.grids import Fractions, Grid, _need_finite
 from torchwright_fx.ops.ffn.pwl import Pwl, lane_count, magnitude
 from torchwright_fx.ops.lanes import Bank
 
@@ -35,10 +36,6 @@ from torchwright_fx.ops.lanes import Bank
 # inside it. They are refused unless the user compiles with exact=False, which records each.
 _APPROXIMATIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "approximations", default=None)
-
-
-class NotExact(RangeError):
-    """A step the compiler cannot prove exact (the user may accept it with exact=False)."""
 
 
 @contextlib.contextmanager

@@ -391,7 +391,8 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             d_model: int | None = _DEFAULTS.d_model, d_head: int | None = _DEFAULTS.d_head,
             max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
             machine: MachineKind | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
-            output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress) -> Any:
+            output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress,
+            dump: str | os.PathLike[str] | None = _DEFAULTS.dump) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
     first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts
@@ -399,9 +400,10 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
     of refusing them. ``output="value"`` lets the program return any number, for reading
     values from the hidden states (``runtime.forward(..., capture=True)``); such a build does
     not generate. ``progress``: a one-line progress display on stderr (None: on a terminal
-    outside CI; True: always; False: never)."""
+    outside CI; True: always; False: never). ``dump``: a directory to write each compiler
+    stage's record into as text (docs/ir.md; None: ``TORCHWRIGHT_FX_DUMP`` if set)."""
     opts = Options(d_model=d_model, d_head=d_head, max_seq_len=max_seq_len, optimize=optimize,
-                   machine=machine, exact=exact, output=output, progress=progress)
+                   machine=machine, exact=exact, output=output, progress=progress, dump=dump)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

@@ -5,13 +5,19 @@ inspected alone.
        --lower--> Program --passes--> Program --schedule--> Plan --columns--> Plan
        --place--> Placement --emit--> Machine
        --backends--> runtime | Hugging Face directory (+ circuit.json) | GGUF | ONNX
+
+``Options.dump`` (or the environment variable ``TORCHWRIGHT_FX_DUMP``; the option wins) names a
+directory where ``build`` writes each stage's record as text: ``01-lower.txt``, one file per
+pass, the plan after schedule and after columns, the placement (``docs/ir.md``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch.fx
@@ -25,6 +31,7 @@ from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement, place
 from torchwright_fx.ir.graph import MachineKind, Program
+from torchwright_fx.ir.printer import format_placement, format_plan, format_program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.lowering import lower
 from torchwright_fx.ops.attention import Geometry
@@ -54,6 +61,9 @@ class Options:
     # a one-line progress display on stderr (torchwright_fx/progress.py). None: on a terminal
     # outside CI only; True: always; False: never
     progress: bool | None = None
+    # a directory to write each stage's record into as text (01-lower.txt, 02-fold_embedding.txt,
+    # ...; docs/ir.md). None: the environment variable TORCHWRIGHT_FX_DUMP if set, else none
+    dump: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         choices = {"machine": (None, "swiglu", "relu"), "optimize": (0, 1, 2, 3),
@@ -69,6 +79,10 @@ class Options:
                     not (name == "d_head" and value is None):
                 raise CompileError(f"{name}={value!r}: a whole number"
                                    + (", or None to let the compiler choose" * (name == "d_head")))
+        if self.dump is not None and (not isinstance(self.dump, (str, os.PathLike))
+                                      or not os.fspath(self.dump)):
+            raise CompileError(f"dump={self.dump!r}: a directory to write each stage's text "
+                               "into, or None (then TORCHWRIGHT_FX_DUMP, if set)")
         Geometry(self.head_size, self.max_seq_len)  # GeometryError (a CompileError) names the fix
         if self.d_model is not None and (not isinstance(self.d_model, int) or
                                          not is_power_of_two(self.d_model) or self.d_model < 16):
@@ -115,8 +129,47 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
             geom = Geometry(e.d_head, opts.max_seq_len)
 
 
-def run_passes(prog: Program) -> Program:
-    return eliminate_dead(fold_embedding(prog))
+class Dump:
+    """Writes a stage's record as text into ``directory`` (``NN-<stage>.txt``, numbered in the
+    order written); with no directory it does nothing, and formats nothing."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None, title: str = ""):
+        self.directory = None if directory is None else Path(directory)
+        self.title, self.written = title, 0
+
+    def __call__(self, stage: str, text: Callable[..., str], *record: Any) -> None:
+        """Write ``text(*record)`` as ``NN-<stage>.txt``."""
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.written += 1
+        path = self.directory / f"{self.written:02d}-{stage}.txt"
+        path.write_text(f"# {self.title} after {stage}\n{text(*record)}\n")
+
+
+def program_text(prog: Program) -> str:
+    """A program as dumped: every producer with its lanes or head dims."""
+    return format_program(prog, detail=True)
+
+
+def dump_directory(opts: Options) -> str | os.PathLike[str] | None:
+    """Where ``build`` dumps: ``opts.dump``, else ``TORCHWRIGHT_FX_DUMP``, else nowhere."""
+    return opts.dump if opts.dump is not None else os.environ.get("TORCHWRIGHT_FX_DUMP") or None
+
+
+# The passes, in order: each takes a Program and returns a new one (it checks its result).
+PASSES: list[tuple[str, Callable[[Program], Program]]] = [
+    ("fold_embedding", fold_embedding),
+    ("dce", eliminate_dead),
+]
+
+
+def run_passes(prog: Program, dump: Dump | None = None) -> Program:
+    for name, run in PASSES:
+        prog = run(prog)
+        if dump is not None:
+            dump(name, program_text, prog)
+    return prog
 
 
 def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
@@ -130,34 +183,51 @@ def lower_facts(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
     return {name: list(rec.intervals) for name, rec in prog.nodes.items()}
 
 
-def schedule_program(prog: Program, opts: Options) -> Plan:
+def schedule_stages(prog: Program, opts: Options) -> Plan:
+    """A stage per producer: the heuristic's plan, improved by CP-SAT when ``optimize``."""
     plan = heuristic.schedule(prog)
     if opts.optimize > 0:
         progress.stage(f"schedule: CP-SAT solve (optimize={opts.optimize})")
         from torchwright_fx.schedule import cpsat  # imported lazily: OR-Tools is slow to load
 
         plan = cpsat.schedule(prog, plan, opts.optimize, d_model=opts.d_model)
+    return plan
+
+
+def allocate_columns(prog: Program, plan: Plan, opts: Options) -> Plan:
+    """A new plan with a residual column per live signal, checked."""
+    if opts.optimize > 0:
         progress.stage("schedule: residual columns")
     plan = columns.allocate(prog, plan, opts.d_model)
     plan.check(prog)
     return plan
 
 
+def schedule_program(prog: Program, opts: Options) -> Plan:
+    return allocate_columns(prog, schedule_stages(prog, opts), opts)
+
+
 def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
-    with progress.compiling(type(gm).__name__, opts.progress):  # gm's class: the fn's name
-        seconds: dict[str, float] = {}
+    """Every stage in order; ``dump`` writes each one's record when a directory is set."""
+    dump = Dump(dump_directory(opts), type(gm).__name__)  # gm's class: the fn's name
+    with progress.compiling(type(gm).__name__, opts.progress):
         t0 = time.perf_counter()
         progress.stage("lower")
-        lowered, geom, reason = sized_lowering(gm, vocab, opts)
-        prog = run_passes(lowered)
+        prog, geom, reason = sized_lowering(gm, vocab, opts)
+        dump("lower", program_text, prog)
+        prog = run_passes(prog, dump)  # each pass dumped under its name
         t1 = time.perf_counter()
         progress.stage("schedule")
-        plan = schedule_program(prog, opts)
+        plan = schedule_stages(prog, opts)
+        dump("schedule", format_plan, prog, plan)
+        plan = allocate_columns(prog, plan, opts)
+        dump("columns", format_plan, prog, plan)
         t2 = time.perf_counter()
         progress.stage("emit")
         placed = place(prog, plan, geom)
+        dump("place", format_placement, placed)
         machine = emit(prog, plan, geom, placed)
         t3 = time.perf_counter()
-    seconds.update(lower=t1 - t0, schedule=t2 - t1, emit=t3 - t2)
+    seconds = {"lower": t1 - t0, "schedule": t2 - t1, "emit": t3 - t2}
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
                  bounds.peak_live_width(prog, plan), reason)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.printer import format_placement
 from torchwright_fx.ops import attention
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.schedule.plan import Plan, layer_members, layer_of
@@ -35,6 +36,10 @@ class Placement:
     layers: tuple[LayerPlacement, ...]
     n_heads: int  # per layer in the checkpoint: the largest count, others padded with zeros
     d_ff: int
+
+    def __str__(self) -> str:
+        """Per layer, its heads and each FFN bank's lanes (``ir/printer.py``)."""
+        return format_placement(self)
 
 
 def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:

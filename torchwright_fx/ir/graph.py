@@ -115,7 +115,7 @@ class Shared:
     indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
 
 
-@dataclass
+@dataclass(repr=False)
 class Program:
     """The lowered program: what the scheduler and emitter consume. Lowering builds it; each
     pass returns a new one (``copy``) and ``check`` states what every stage may rely on."""
@@ -187,6 +187,18 @@ class Program:
             for s in p.reads():
                 out[s].append(p.id)
         return out
+
+    # -- printing (ir/printer.py) ------------------------------------------------------------
+    def __str__(self) -> str:
+        """One line per producer, the output, the node records: ``ir/printer.py``."""
+        from torchwright_fx.ir.printer import format_program
+
+        return format_program(self)
+
+    def __repr__(self) -> str:
+        from torchwright_fx.ir.printer import summary
+
+        return summary(self)
 
     # -- invariants -----------------------------------------------------------------------
     def check(self, stage: str) -> None:

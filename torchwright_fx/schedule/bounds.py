@@ -10,7 +10,6 @@ from torchwright_fx.schedule.plan import (
     layer_count,
     parity,
 )
-from torchwright_fx.schedule.plan import peak_overlap as peak_overlap  # moved to plan.py
 
 
 def earliest_stages(prog: Program) -> dict[int, int]:

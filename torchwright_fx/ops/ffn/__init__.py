@@ -37,9 +37,6 @@ from torchwright_fx.ops.ffn.elementwise import (  # noqa: F401
     at_least,
     clamp_pwl,
     gated,
-    logical_and,
-    logical_or,
-    relu,
     relu_pwl,
     select,
 )

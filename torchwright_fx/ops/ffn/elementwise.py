@@ -13,17 +13,11 @@ from torchwright_fx.ir.ranges import (
     Interval,
 )
 from torchwright_fx.ops.ffn.grids import _need_finite
-from torchwright_fx.ops.ffn.pwl import Pwl, emit_into_bank, linear
+from torchwright_fx.ops.ffn.pwl import Pwl, linear
 from torchwright_fx.ops.lanes import Bank
 
 
 # -- hinge-based elementwise ops ----------------------------------------------------------------
-def relu(bank: Bank, out: int, x: Lin, rng: Interval, weight: float = 1.0) -> None:
-    f = Pwl()
-    f.hinge(0.0, weight)
-    emit_into_bank(bank, out, x, rng, f)
-
-
 def relu_pwl() -> Pwl:
     f = Pwl()
     f.hinge(0.0, 1.0)
@@ -83,16 +77,6 @@ def _linear_or_const(bank: Bank, out: int, x: Lin) -> None:
         linear(bank, out, x, 1.0)
 
 # -- logic ------------------------------------------------------------------------------------
-def logical_and(bank: Bank, out: int, a: Lin, b: Lin) -> None:
-    bank.hinge(out, a + b - 1.0)
-
-
-def logical_or(bank: Bank, out: int, a: Lin, b: Lin) -> None:
-    # a + b - and(a, b); the linear part passes through exactly
-    linear(bank, out, a + b, 1.0)
-    bank.hinge(out, a + b - 1.0, -1.0)
-
-
 def at_least(k: int) -> Pwl:
     """[count >= k] for an integer count: relu(count - k + 1) - relu(count - k), exact."""
     f = Pwl()

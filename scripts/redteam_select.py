@@ -1,8 +1,8 @@
 """Red-team programs for the selector intrinsics (tw.select / aggregate / select_latest /
 selector_width), written as a RASP / tracr user would, each with a plain-Python oracle.
 
-Run:  OMP_NUM_THREADS=1 .venv/bin/python tests/redteam_select.py [NAME ...] [--quick] [--no-hf]
-      OMP_NUM_THREADS=1 .venv/bin/python tests/redteam_select.py --fuzz N [--seed S] [--grids]
+Run:  OMP_NUM_THREADS=1 .venv/bin/python scripts/redteam_select.py [NAME ...] [--quick] [--no-hf]
+      OMP_NUM_THREADS=1 .venv/bin/python scripts/redteam_select.py --fuzz N [--seed S] [--grids]
 
 Not a pytest file. For every program:
 
@@ -17,7 +17,7 @@ Not a pytest file. For every program:
 
 Streams: random ones at several lengths up to the longest that fits max_seq_len, and
 adversarial ones (empty, one token, all equal, sorted, alternating, per-program specials).
-Findings are written up in tests/REDTEAM_SELECT.md.
+Findings are written up in scripts/REDTEAM_SELECT.md.
 """
 
 from __future__ import annotations

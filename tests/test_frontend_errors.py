@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import torchwright_fx as tw
+from torchwright_fx.base.machines import RELU
 from torchwright_fx.ops import relu as R
 from torchwright_fx.ops import swiglu as S
 
@@ -110,6 +111,6 @@ def test_library_ops_compile_on_their_machine():
         return tw.emit(nl, [out])
 
     compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=16)
-    assert compiled.build.program.machine == "relu"
+    assert compiled.build.program.machine is RELU
     for prompt in ["1\n", "0\n", "01\n", "10\n"]:
         assert compiled.generate(prompt) == compiled.reference(prompt) == prompt[-2]

@@ -16,6 +16,7 @@ from conftest import load_hf
 
 import torchwright_fx as tw
 from torchwright_fx.base import numerics
+from torchwright_fx.base.machines import SWIGLU
 from torchwright_fx.ops import position
 
 LENGTH = 16384
@@ -88,10 +89,10 @@ def test_mean_at_16384_is_within_its_certified_bound_through_transformers(tmp_pa
 
 
 def test_the_position_decoder_grows_sublinearly():
-    lanes = {n: position.lane_count("swiglu", n) for n in (512, 2048, 16384, 32768)}
+    lanes = {n: position.lane_count(SWIGLU, n) for n in (512, 2048, 16384, 32768)}
     assert lanes[2048] < 2047 and lanes[16384] < 200 and lanes[32768] < 2 * lanes[16384]
     for n in (512, 2048, 4096, 16384):
-        assert position.noise("swiglu", n) < numerics.POSITION_TOLERANCE / 2
+        assert position.noise(SWIGLU, n) < numerics.POSITION_TOLERANCE / 2
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import torch
 from test_ops_helpers import Claim, Probe, fp32, run_probes
 
 import torchwright_fx as tw
+from torchwright_fx.base.machines import RELU
 from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ops import relu as R
 from torchwright_fx.ops import swiglu as S
@@ -156,7 +157,7 @@ def test_library_ops_fix_the_machine():
         return R.floor(tw.code(x) / 2)
 
     compiled = tw.compile(prog, vocab=VOCAB, max_seq_len=16).compile()
-    assert compiled.build.program.machine == "relu"
+    assert compiled.build.program.machine is RELU
 
 
 def test_a_step_beyond_fp32_resolution_names_the_line_and_the_limit():

@@ -39,11 +39,11 @@ NOISE = 0.021
 
 
 def _program(machine: str, x_of: Callable[[Lin, Lin], Lin]) -> tuple[Program, Lin, Lin]:
-    prog = Program(VOCAB, machine)  # type: ignore[arg-type]
+    prog = Program(VOCAB, machine)
     a = prog.embed(NEAR, Interval(-6.0, 4096.0, True, noise=NOISE), "a", "table a")
     b = prog.embed(OTHER, Interval(-7.0, 12.0, True, noise=NOISE), "b", "table b")
     x = x_of(a, b)
-    bank = Bank(machine, 1)  # type: ignore[arg-type]
+    bank = Bank(machine, 1)
     ffn.snap(bank, 0, x)
     (out,) = bank.finish(prog, [Interval(-1e5, 1e5, True)], "snapped", "test")
     prog.output = out
@@ -91,7 +91,7 @@ HALF = tuple(v + 0.5 if i >= 3 else 0.5 for i, v in enumerate(NEAR))  # stored a
 def test_terms_off_the_integers_are_copied_then_snapped(machine: str) -> None:
     """x = h - 0.5 with h stored around n + 1/2: one dot product's partial sums could round at
     a half, so snap_error refuses it; copy (one sublayer) then snap gives n bit for bit."""
-    prog = Program(VOCAB, machine)  # type: ignore[arg-type]
+    prog = Program(VOCAB, machine)
     h = prog.embed(HALF, Interval(-5.5, 4096.5, step=1, offset=0.5, noise=NOISE), "h", "t")
     x = h - 0.5
     rng = Interval(-6.0, 4096.0, True, noise=NOISE)
@@ -102,11 +102,11 @@ def test_terms_off_the_integers_are_copied_then_snapped(machine: str) -> None:
     assert ffn.snap_error(x, rng, of) > SNAP_NOISE
     error = ffn.copy_error(x, rng, of)
     assert error is not None and error <= SNAP_NOISE
-    first = Bank(machine, 1)  # type: ignore[arg-type]
+    first = Bank(machine, 1)
     ffn.copy(first, 0, x, rng)
     (y,) = first.finish(prog, [rng.with_noise(error)], "copy", "test")
     assert ffn.snap_error(y, rng.with_noise(error), of) <= SNAP_NOISE
-    second = Bank(machine, 1)  # type: ignore[arg-type]
+    second = Bank(machine, 1)
     ffn.snap(second, 0, y)
     (out,) = second.finish(prog, [Interval(-6.0, 4096.0, True)], "snapped", "test")
     prog.output = out

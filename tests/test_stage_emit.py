@@ -43,7 +43,7 @@ MACHINES = ["swiglu", "relu"]
 
 
 def build(machine: str) -> tuple[Program, Plan, dict[str, int]]:
-    prog = Program(VOCAB, machine)  # type: ignore[arg-type]
+    prog = Program(VOCAB, machine)
     c = prog.embed(TABLE, Interval(0.0, 3.0, integral=True), "c", "table")
     if machine == "swiglu":
         lane, lane_g = Lane(c, c + 1.0), lambda h: Lane(h, Lin.constant(1.0))

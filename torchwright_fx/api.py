@@ -23,11 +23,11 @@ from torchwright_fx.base.errors import (
     node_source,
     op_name,
 )
+from torchwright_fx.base.machines import MachineName
 from torchwright_fx.base.numerics import AUTO_D_HEAD, CODE_TOLERANCE
 from torchwright_fx.capture.propagate import shape
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.emit.machine import Machine
-from torchwright_fx.ir.graph import MachineKind
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, PAIR, Interval
 from torchwright_fx.pipeline import Build, Options
 from torchwright_fx.verify.probe import probe
@@ -285,7 +285,7 @@ class Compiled:
         heads = sum(m.meta["layer_heads"])
         lanes = sum(m.meta["layer_lanes"])
         return {
-            "name": self.fn.__name__, "machine": b.program.machine, "layers": m.n_layers,
+            "name": self.fn.__name__, "machine": b.program.machine.name, "layers": m.n_layers,
             "critical_path_layers": b.critical_path_layers, "d_model": m.d_model,
             "peak_live_width": b.peak_live_width, "d_head": m.d_head, "heads_per_layer": m.n_heads,
             "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
@@ -390,7 +390,7 @@ _DEFAULTS = Options()  # the one home of the defaults
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             d_model: int | None = _DEFAULTS.d_model, d_head: int | None = _DEFAULTS.d_head,
             max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
-            machine: MachineKind | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
+            machine: MachineName | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
             output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress,
             dump: str | os.PathLike[str] | None = _DEFAULTS.dump) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without

@@ -24,13 +24,14 @@ import torch.fx
 
 from torchwright_fx import progress
 from torchwright_fx.base.errors import CompileError, HeadTooSmall
+from torchwright_fx.base.machines import MACHINES, MachineName
 from torchwright_fx.base.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement, place
-from torchwright_fx.ir.graph import MachineKind, Program
+from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.printer import format_placement, format_plan, format_program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.lowering import lower
@@ -53,7 +54,7 @@ class Options:
     d_head: int | None = None
     max_seq_len: int = 512
     optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
-    machine: MachineKind | None = None  # None: from the op library used, else swiglu
+    machine: MachineName | None = None  # None: from the op library used, else swiglu
     exact: bool = True  # False: accept steps without a lattice as ramps (listed in report())
     # "code": the output is certified to be a whole token code, decoded with a certified logit
     # margin. "value": any number, for reading values from hidden states; no generation.
@@ -66,7 +67,7 @@ class Options:
     dump: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
-        choices = {"machine": (None, "swiglu", "relu"), "optimize": (0, 1, 2, 3),
+        choices = {"machine": (None, *MACHINES), "optimize": (0, 1, 2, 3),
                    "output": ("code", "value"), "exact": (True, False),
                    "progress": (None, True, False)}
         for name, allowed in choices.items():

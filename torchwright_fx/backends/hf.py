@@ -30,7 +30,7 @@ def phi3_config(m: Machine) -> dict:
         "num_attention_heads": m.n_heads,
         "num_key_value_heads": m.n_heads,
         "head_dim": m.d_head,
-        "hidden_act": "silu" if m.act == "silu" else "relu",
+        "hidden_act": m.act,
         "max_position_embeddings": m.max_seq_len,
         "original_max_position_embeddings": m.max_seq_len,
         "rms_norm_eps": m.rms_eps,

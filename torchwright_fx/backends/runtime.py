@@ -46,9 +46,13 @@ def _attention(m: Machine, layer_qkv: torch.Tensor, o: torch.Tensor, x: torch.Te
     return out @ o.T
 
 
+# Phi-3's ``hidden_act`` names (transformers' ACT2FN) to their functions
+ACTIVATIONS = {"silu": torch.nn.functional.silu, "relu": torch.relu}
+
+
 def _mlp(m: Machine, gate_up: torch.Tensor, down: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     gate, up = (x @ gate_up.T).chunk(2, dim=-1)
-    act = torch.nn.functional.silu(gate) if m.act == "silu" else torch.relu(gate)
+    act = ACTIVATIONS[m.act](gate)
     return (up * act) @ down.T
 
 

@@ -52,7 +52,12 @@ class HeadTooSmall(CompileError):
 
 class GeometryError(CompileError, ValueError):
     """The chosen d_head / max_seq_len cannot host the attention constructions exactly
-    (``ops/attention.py``, ``ops/position.py``)."""
+    (``ops/attention.py``, ``ops/position.py``). ``advice``: what the user can change; lowering
+    adds it and the user's line once, for every op (``lower/lowering.py``)."""
+
+    def __init__(self, message: str, advice: str = "raise d_head or lower max_seq_len"):
+        super().__init__(message)
+        self.advice = advice
 
 
 class WidthError(CompileError, ValueError):

@@ -143,7 +143,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     margin = decode.margin(prog, prog.output, prog.output_range)  # > 0: certified at lowering
 
     return Machine(
-        act="silu" if prog.machine == "swiglu" else "relu",
+        act=prog.machine.act,
         d_model=d, d_head=geom.d_head, n_heads=placed.n_heads, d_ff=placed.d_ff, vocab_size=vocab,
         max_seq_len=geom.max_seq_len, rope_theta=geom.rope_theta,
         partial_rotary_factor=geom.partial_rotary_factor,

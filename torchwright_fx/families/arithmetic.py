@@ -51,7 +51,7 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
     with user_errors(ctx):
         for i in range(x.width):
             a, ra, b, rb = x.cols[i], x.ranges[i], y.cols[i], y.ranges[i]
-            shift = ffn.saturating_shift(ra, rb) if ctx.prog.machine == "swiglu" else None
+            shift = ffn.saturating_shift(ra, rb) if ctx.prog.machine.gated_up else None
             if shift is not None and not (ra.is_bool or rb.is_bool):
                 # SiLU(a + M) = a + M exactly once a + M >= SATURATION: one lane gives
                 # (a + M) * b exactly on integers, and -M * b rides in the affine part.
@@ -60,7 +60,7 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
                 cols.lanes[i] = ra.shift(shift) * rb
                 shifted.add(i)
                 continue
-            if ctx.prog.machine == "swiglu" or ra.is_bool or rb.is_bool:
+            if ctx.prog.machine.gated_up or ra.is_bool or rb.is_bool:
                 ffn.product(cols.bank, i, a, ra, b, rb)
                 cols.whole(i)
                 continue
@@ -73,9 +73,9 @@ def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> S
         out = _square_range(r) if p == q else r * s
         if _mean_times_count(ctx, p, r, q) or _mean_times_count(ctx, q, s, p):
             out = dataclasses.replace(out, near_integral=True)
-        if ctx.prog.machine == "swiglu" and not (r.is_bool or s.is_bool):
+        if ctx.prog.machine.gated_up and not (r.is_bool or s.is_bool):
             out = out.with_noise(out.noise + ffn.product_rounding(r, s, len(ranges) in shifted))
-        if ctx.prog.machine == "swiglu" or r.is_bool or s.is_bool:  # the lanes read p and q
+        if ctx.prog.machine.gated_up or r.is_bool or s.is_bool:  # the lanes read p and q
             ep, eq = read_noise(ctx, p), read_noise(ctx, q)
             out = out.with_noise(out.noise + ep * s.magnitude + eq * r.magnitude + ep * eq)
         ranges.append(out)
@@ -103,7 +103,7 @@ def power(ctx: LowerCtx, x: Stream, n: int, step: float | None = None) -> Stream
         return Stream.const([1.0] * x.width)
     if n == 1:
         return x
-    if ctx.prog.machine == "swiglu":
+    if ctx.prog.machine.gated_up:
         half = power(ctx, x, n // 2)
         sq = product(ctx, half, half)
         return product(ctx, sq, x) if n % 2 else sq
@@ -166,8 +166,8 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
                                       ctx.prog.machine, "1/x")
             fs.append(ffn.with_sharpness(f, sharp))
             lo, hi = sorted((1.0 / r.lo, 1.0 / r.hi))
-            slack = rel_tol * max(abs(lo), abs(hi)) if ctx.prog.machine == "swiglu" else 0.0
-            exact_on_grid = ctx.prog.machine == "relu" and grid(ctx, c, r) is not None and \
+            slack = rel_tol * max(abs(lo), abs(hi)) if ctx.prog.machine.smooth_hinge else 0.0
+            exact_on_grid = not ctx.prog.machine.smooth_hinge and grid(ctx, c, r) is not None and \
                 len(knots) >= grid(ctx, c, r).count(r)  # type: ignore[union-attr]
             err = 0.0 if exact_on_grid else rel_tol * max(abs(lo), abs(hi))
             ranges.append(Interval(lo - slack, hi + slack, noise=err))

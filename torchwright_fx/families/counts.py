@@ -45,7 +45,7 @@ def applies(ctx: LowerCtx, v: Stream) -> bool:
     COUNTED_MEAN_VALUES value steps in all (one count head and a lean decoder each)."""
     n = ctx.geom.max_seq_len
     # the reference sums whole numbers exactly while every partial sum stays below 2**24
-    return (ctx.prog.machine == "swiglu" and numerics.counts_mean(n)
+    return (ctx.prog.machine.gated_up and numerics.counts_mean(n)
             and all(r.integral and r.finite and r.rounding <= ONCE
                     and r.magnitude * n < 1 / FP32_UNIT for r in v.ranges)
             and sum(r.hi - r.lo for r in v.ranges) < COUNTED_MEAN_VALUES)
@@ -69,11 +69,8 @@ def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]
 def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
     """The whole number c from a head's output fl(1/(c+1)), decoded and snapped: exact."""
     n, prog = ctx.geom.max_seq_len, ctx.prog
-    try:
-        decoded = decoder.decode_count(prog, ctx.geom, inverse, f"{ctx.name}.{label}",
-                                       ctx.source, lean=True)
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "lower max_seq_len") from None
+    decoded = decoder.decode_count(prog, ctx.geom, inverse, f"{ctx.name}.{label}",
+                                   ctx.source, lean=True)
     rng = Interval(0, n - 1, True, noise=decoder.noise(prog.machine, n, lean=True))
     exact = rules.snapped(ctx, decoded, rng)
     if exact is None:
@@ -139,10 +136,8 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
     wside = None if where is None else selection.stream_side(
         ctx, where.cols[0], where.ranges[0], where_at_bos, "where", "where")
     if wside is None:  # every row 0..i: m = i + 1, and the position head holds 1 / m
-        try:  # builds the position head once per program
-            decoder.position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name, ctx.source)
-        except attention.GeometryError as e:
-            raise ctx.error(str(e), "lower max_seq_len") from None
+        # builds the position head once per program
+        decoder.position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name, ctx.source)
         inverse = ctx.prog.shared.inverse_position
         assert inverse is not None
         recip, recip_error, m = inverse, HEAD_RECIPROCAL_ERROR, None

@@ -152,7 +152,7 @@ def _table_range(f: Pwl, rng: Interval, ys: Sequence[float], slack: float) -> In
 
 def lower_piecewise_table(ctx: LowerCtx, v: Stream, xs: Sequence[float], ys: Sequence[float],
                            input_scale: float = 1.0, bound: float | None = None) -> Stream:
-    if ctx.prog.machine == "swiglu":
+    if ctx.prog.machine.smooth_hinge:
         problem = _knot_spacing_error(xs, input_scale)
         if problem:
             raise ctx.error(problem, "space them out, or pass input_scale=2**k (k >= 1)")

@@ -90,10 +90,7 @@ def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
     if k == 0:
         return v
     ranges = _moved(ctx, v.ranges)
-    try:
-        cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 
@@ -132,10 +129,7 @@ def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
     ranges = _moved(ctx, v.ranges)
-    try:
-        cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 

@@ -184,7 +184,7 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     ranges = []
     for r, s, cr, a, b in zip(x.ranges, y.ranges, c.ranges, x.cols, y.cols, strict=True):
         out = r.hull(s)
-        gate = 2.0 * out.magnitude if ctx.prog.machine == "swiglu" else \
+        gate = 2.0 * out.magnitude if ctx.prog.machine.gated_up else \
             (r - s).magnitude + ffn.GATE_GAP
         read = max(read_noise(ctx, a), read_noise(ctx, b))
         ranges.append(out.with_noise(out.noise + gate * cr.noise + read))

@@ -31,10 +31,7 @@ def _bos(ctx: LowerCtx) -> Lin:
 def _position_lin(ctx: LowerCtx) -> Lin:
     from torchwright_fx.ops.position import position as build_position
 
-    try:
-        return build_position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "lower max_seq_len") from None
+    return build_position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
 
 
 def _position_range(ctx: LowerCtx) -> Interval:
@@ -230,10 +227,7 @@ def _latest_match(ctx: LowerCtx, sel: selection.Selector, v: Stream, what: str) 
     <bos> row when none: how gather and argmax finish on a selection."""
     feats = selection.content(ctx, sel, "select_latest")
     assert feats is not None
-    try:
-        attention.check_margins(ctx.geom, 0, with_validity=len(feats))
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    attention.check_margins(ctx.geom, 0, with_validity=len(feats))
     gain = ctx.geom.validity
     q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, what)
     ranges = _moved(ctx, v.ranges)
@@ -377,7 +371,7 @@ def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
     ffn.product(bank, 0, pos - c, exact, pos - c, exact)
     # |p'^2 - i'^2| <= 2 max|i'| e + e^2 for |p' - i'| <= e, plus the product's own error: the
     # ReLU quarter-square tables (exact only on a grid of knots) or SwiGLU's fp32 rounding
-    if ctx.prog.machine == "relu":
+    if not ctx.prog.machine.gated_up:
         table = sum(err for *_, err in ffn.quarter_square_tables(pos - c, exact, pos - c, exact,
                                                                   None, (None, None)))
     else:

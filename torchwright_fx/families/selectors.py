@@ -287,10 +287,8 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
     if feats is None:
         return _const_stream(default, v.width)
     m = len(feats)
-    try:  # m parts: every selected key carries m validity units, the latch's replay at m
-        attention.check_margins(ctx.geom, 0, with_validity=max(m, 1))
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "raise d_head or lower max_seq_len") from None
+    # m parts: every selected key carries m validity units, the latch's replay at m
+    attention.check_margins(ctx.geom, 0, with_validity=max(m, 1))
     gain = ctx.geom.validity
     # <bos> ties with the selection in content (m dims of the same product): the lobe then
     # puts every selected j >= 1 above it
@@ -326,10 +324,7 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     if inverse is None:
         return _const_stream(0.0, 1)
     n = ctx.geom.max_seq_len
-    try:
-        width = decode_count(ctx.prog, ctx.geom, inverse, f"{ctx.name}.width", ctx.source)
-    except attention.GeometryError as e:
-        raise ctx.error(str(e), "lower max_seq_len") from None
+    width = decode_count(ctx.prog, ctx.geom, inverse, f"{ctx.name}.width", ctx.source)
     return Stream([width], [Interval(0, n - 1, True, noise=noise(ctx.prog.machine, n))])
 
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from torchwright_fx.base.machines import MachineKind, machine_kind
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.vocab import Vocab
 
 EMBED = -1  # producer id of the embedding
-
-MachineKind = Literal["swiglu", "relu"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +132,9 @@ class Program:
     live: frozenset[int] | None = None  # signals something reads (None until passes.dce)
     shared: Shared = field(default_factory=Shared)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.machine = machine_kind(self.machine)  # a name ("swiglu") is accepted too
 
     def copy(self, **changes: Any) -> Program:
         """A new program sharing nothing mutable with this one (records are frozen; producer

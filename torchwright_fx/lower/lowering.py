@@ -13,9 +13,16 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.base.errors import CompileError, node_error, node_source, op_name
+from torchwright_fx.base.errors import (
+    CompileError,
+    GeometryError,
+    node_error,
+    node_source,
+    op_name,
+)
+from torchwright_fx.base.machines import MachineKind, MachineName, machine_kind
 from torchwright_fx.capture.registry import info, spec_of, using_vocab
-from torchwright_fx.ir.graph import MachineKind, NodeRecord, Program
+from torchwright_fx.ir.graph import NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable
@@ -40,7 +47,7 @@ HINTS = {
 }
 
 
-def choose_machine(gm: torch.fx.GraphModule, requested: MachineKind | None) -> MachineKind:
+def choose_machine(gm: torch.fx.GraphModule, requested: MachineName | None) -> MachineKind:
     """One op library per program: the one its library ops name, else the requested one."""
     first_use: dict[str, torch.fx.Node] = {}
     for node in gm.graph.nodes:
@@ -58,8 +65,8 @@ def choose_machine(gm: torch.fx.GraphModule, requested: MachineKind | None) -> M
         if requested is not None and requested != used:
             raise node_error(node, f"a {used} library op in a program compiled for the "
                                    f"{requested} machine")
-        return used  # type: ignore[return-value]
-    return requested or "swiglu"
+        return machine_kind(used)
+    return machine_kind(requested or "swiglu")
 
 
 def _has_stream(value: Any) -> bool:
@@ -137,6 +144,8 @@ class Lowering(torch.fx.Interpreter):
         self.ctx = LowerCtx(self.prog, self.geom, self.vocab, node, self.tokens)
         try:
             return spec.lower(self.ctx, *args, **kwargs)
+        except GeometryError as e:  # a head that d_head / max_seq_len cannot host
+            raise node_error(node, str(e), e.advice) from None
         except (CompileError, AssertionError):
             raise
         except ffn.RangeError as e:  # our own obligations: the message says what to do
@@ -174,7 +183,7 @@ class Lowering(torch.fx.Interpreter):
 
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
-          machine: MachineKind | None = None, exact: bool = True,
+          machine: MachineName | None = None, exact: bool = True,
           code_output: bool = True) -> Program:
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line."""

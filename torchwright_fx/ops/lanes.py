@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torchwright_fx.base.machines import MachineKind, machine_kind
 from torchwright_fx.base.numerics import READER_CONSTANT_LIMIT, SILU_SCALE
-from torchwright_fx.ir.graph import FFN, Lane, MachineKind, Program
+from torchwright_fx.ir.graph import FFN, Lane, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 
 
 class Bank:
-    def __init__(self, machine: MachineKind, n_outputs: int):
-        self.machine = machine
+    def __init__(self, machine: MachineKind | str, n_outputs: int):
+        self.machine = machine_kind(machine)
         self.lanes: list[Lane] = []
         self._index: dict[Lane, int] = {}
         self.outs: list[dict[int, float]] = [{} for _ in range(n_outputs)]
@@ -37,7 +38,7 @@ class Bank:
         """Add ``weight * relu(z)``. SwiGLU: SiLU(k*z)/k with k = S * sharpness, within
         0.28/k of relu everywhere and exact once k*|z| is saturated; raise ``sharpness`` when
         the inputs that must be exact sit closer than SATURATION/S to the kink."""
-        if self.machine == "swiglu":
+        if self.machine.smooth_hinge:
             k = SILU_SCALE * sharpness
             self.lane(out, z * k, Lin.constant(1.0 / k), weight)
         else:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from torchwright_fx.base.errors import GeometryError
+from torchwright_fx.base.machines import SWIGLU, MachineKind
 from torchwright_fx.base.numerics import (
     CHORD_ERROR,
     NEWTON_ERROR,
@@ -121,7 +122,7 @@ def _silu_lanes(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return silu(gate) * up + silu(-gate) * (-up)
 
 
-def _replay(n: int, machine: str, two_stage: bool) -> torch.Tensor:
+def _replay(n: int, machine: MachineKind, two_stage: bool) -> torch.Tensor:
     """The decoder's output at every position, in fp32 as the runtime computes it."""
     y = samples(n)
     f32 = torch.float32
@@ -129,7 +130,7 @@ def _replay(n: int, machine: str, two_stage: bool) -> torch.Tensor:
     for yk, ak, sharp in knots(n, two_stage):
         k = SILU_SCALE * sharp
         gate = torch.tensor(k * yk, dtype=f32) - torch.tensor(k, dtype=f32) * y
-        act = torch.nn.functional.silu(gate) if machine == "swiglu" else torch.relu(gate)
+        act = torch.nn.functional.silu(gate) if machine.smooth_hinge else torch.relu(gate)
         total += act * torch.tensor(ak / k, dtype=f32)
     first = total + torch.tensor(_offset(n, two_stage), dtype=f32)
     if not two_stage:
@@ -140,7 +141,7 @@ def _replay(n: int, machine: str, two_stage: bool) -> torch.Tensor:
 
 
 @lru_cache(maxsize=64)
-def measured_error(n: int, machine: str = "swiglu", two_stage: bool = False) -> float:
+def measured_error(n: int, machine: MachineKind = SWIGLU, two_stage: bool = False) -> float:
     """Worst |decoded - i| over all positions, replaying the lanes in fp32."""
     got = _replay(n, machine, two_stage).double()
     return float((got - torch.arange(n, dtype=torch.float64)).abs().max())
@@ -153,18 +154,18 @@ def _bound(n: int, measured: float) -> float:
 
 
 @lru_cache(maxsize=64)
-def two_stages(machine: str, n: int) -> bool:
+def two_stages(machine: MachineKind, n: int) -> bool:
     """Whether the decoder takes the Newton stage (SwiGLU beyond TWO_STAGE_LENGTH)."""
-    return machine == "swiglu" and n > TWO_STAGE_LENGTH
+    return machine.smooth_hinge and n > TWO_STAGE_LENGTH
 
 
-def noise(machine: str, n: int, lean: bool = False) -> float:
+def noise(machine: MachineKind, n: int, lean: bool = False) -> float:
     """The bound on |compiled position - i| (``lean``: of a lean decode_count)."""
-    two = two_stages(machine, n) or (lean and machine == "swiglu")
+    two = two_stages(machine, n) or (lean and machine.smooth_hinge)
     return _bound(n, measured_error(n, machine, two))
 
 
-def lane_count(machine: str, n: int) -> int:
+def lane_count(machine: MachineKind, n: int) -> int:
     """MLP lanes of one decoder (knots, plus two products of two lanes in two stages)."""
     two = two_stages(machine, n)
     return len(knots(n, two)) + (4 if two else 0)
@@ -176,11 +177,11 @@ def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source:
     decoder at any length on SwiGLU (tens of lanes instead of a thousand at 2048, for two more
     MLP sublayers): for counts built many at a time, such as a counted mean's."""
     n, machine = geom.max_seq_len, prog.machine
-    two = two_stages(machine, n) or (lean and machine == "swiglu")
+    two = two_stages(machine, n) or (lean and machine.smooth_hinge)
     error = _bound(n, measured_error(n, machine, two))
     if error > POSITION_TOLERANCE:
         raise GeometryError(f"position decoding error {error:.3f} at "
-                            f"max_seq_len={n} exceeds {POSITION_TOLERANCE}")
+                            f"max_seq_len={n} exceeds {POSITION_TOLERANCE}", "lower max_seq_len")
     bank = Bank(machine, 1)
     for yk, ak, sharp in knots(n, two):
         bank.hinge(0, yk - inverse, ak, sharpness=sharp)

@@ -57,7 +57,7 @@ def gated(bank: Bank, out: int, x: Lin, rng: Interval, off: Lin, weight: float =
 
 def select(bank: Bank, out: int, cond: Lin, a: Lin, ra: Interval, b: Lin, rb: Interval) -> None:
     """``a`` where cond = 1 else ``b`` (cond a 0/1 stream)."""
-    if bank.machine == "swiglu":
+    if bank.machine.gated_up:
         # SiLU(S*(2c-1)) * a/S is a when c = 1 (sigmoid(S) rounds to 1) and 0 when c = 0.
         sign = cond * 2.0 - 1.0
         if not (a.is_const and a.const == 0.0):

@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from torchwright_fx.base.machines import MachineKind
 from torchwright_fx.base.numerics import (
     HINGE_MAX_ERROR,
     LANE_ROUNDING,
@@ -141,7 +142,7 @@ def exact_lanes(f: Pwl, x: Lin, rng: Interval, signal_range: Callable[[int], Int
     return True
 
 
-def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str,
+def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: MachineKind,
               exact: bool = False) -> float:
     """A bound on |compiled f(x') - f(x)| for every exact input x in rng and compiled input
     x' within rng.noise of it: the steepest segment the noise window can reach (around lattice
@@ -150,7 +151,7 @@ def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str
     a bound, not an exact figure."""
     eps = rng.noise
     inside = [h for h in f.hinges if rng.lo < h.knot < rng.hi]
-    swiglu = machine == "swiglu"
+    swiglu = machine.smooth_hinge
     lattice = grid if isinstance(grid, Grid) else None
     fractions = grid if isinstance(grid, Fractions) and len(f.hinges) <= 64 else None
     if not inside:  # affine: folded into the readers' weights
@@ -208,9 +209,9 @@ def pwl_noise(f: Pwl, rng: Interval, grid: Grid | Fractions | None, machine: str
     return float(noise)
 
 
-def hinge_error(f: Pwl, machine: str) -> float:
+def hinge_error(f: Pwl, machine: MachineKind) -> float:
     """Worst deviation of the SwiGLU lanes from exact relu: corners never overlap when knots
     respect KNOT_SPACING, so at any x only the nearest corner errs."""
-    if machine != "swiglu" or not f.hinges:
+    if not machine.smooth_hinge or not f.hinges:
         return 0.0
     return max(abs(h.weight) * HINGE_MAX_ERROR / (SILU_SCALE * h.sharpness) for h in f.hinges)

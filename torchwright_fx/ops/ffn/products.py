@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from torchwright_fx.base.errors import RangeError
+from torchwright_fx.base.machines import MachineKind
 from torchwright_fx.base.numerics import (
     HINGE_MAX_ERROR,
     KNOT_SPACING,
@@ -92,7 +93,7 @@ def product(bank: Bank, out: int, a: Lin, ra: Interval, b: Lin, rb: Interval,
     a*b = ((a+b)**2 - (a-b)**2) / 4 with each square a table over its declared range
     (exact on lattice points; elsewhere within (step**2)/16).
     """
-    if bank.machine == "swiglu":
+    if bank.machine.gated_up:
         bank.lane(out, a, b)
         bank.lane(out, -a, -b)
         return
@@ -221,10 +222,10 @@ def auto_knots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,
 
 
 def sharpness_for(knots: Sequence[float], f: Pwl, tol_at_knot: Callable[[float], float],
-                  machine: str, what: str) -> float:
+                  machine: MachineKind, what: str) -> float:
     """The smallest power-of-two sharpness at which SwiGLU corners neither overlap
     (KNOT_SPACING) nor err by more than ``tol_at_knot`` at any knot."""
-    if machine != "swiglu" or len(knots) < 2:
+    if not machine.smooth_hinge or len(knots) < 2:
         return 1.0
     gap = min(b - a for a, b in itertools.pairwise(knots))
     need = KNOT_SPACING / (SILU_SCALE * gap)

@@ -88,7 +88,7 @@ def copy_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -
 def copy(bank: Bank, out: int, x: Lin, rng: Interval) -> None:
     """x's value computed once into output ``out`` (``copy_error`` bounds it). SwiGLU: a lane
     SiLU(S) * x / S with SiLU(S) = S exactly; ReLU: relu(x + M) - M with x + M >= 0."""
-    if bank.machine == "swiglu":
+    if bank.machine.gated_up:
         bank.lane(out, Lin.constant(SILU_SCALE), x * (1.0 / SILU_SCALE))
     else:
         shift = 2.0 ** math.ceil(math.log2(max(rng.magnitude, 1.0)))

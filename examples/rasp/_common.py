@@ -20,8 +20,9 @@ first in each ``VOCAB``: low codes, close together, give that table its logit ma
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +63,15 @@ def length(lay: Layout) -> torch.Tensor:
     """RASP's ``length`` (SelectorWidth of an all-true Select), at and after the trigger: the
     number of input positions."""
     return tw.selector_width(input_only(lay))
+
+
+def count_tokens(x: torch.Tensor, alphabet: str) -> torch.Tensor:
+    """How many positions so far hold a token of ``alphabet`` (a selector width keyed on the
+    token alone): at and after the trigger, the input's length when the input is written in
+    ``alphabet`` and the answer is not (a TRUE select would count the trigger and the printed
+    characters too)."""
+    codes = [float(tw.token(t)) for t in alphabet]
+    return tw.selector_width(tw.select(x, x, lambda k, q: k in codes))
 
 
 def eos_before_trigger(lay: Layout, code: torch.Tensor) -> torch.Tensor:
@@ -152,6 +162,14 @@ def parse(prompt: str) -> str:
 
 def numbers(values: Sequence[int]) -> str:
     return SEP.join(str(v) for v in values)
+
+
+def all_prompts(alphabet: str, max_len: int, longest: int, shortest: int = 1) -> Iterator[str]:
+    """Every input over ``alphabet`` of ``shortest`` to ``min(max_len, longest)`` tokens,
+    shortest first, each followed by the trigger: a program's ``inputs()``."""
+    for n in range(shortest, min(max_len, longest) + 1):
+        for t in itertools.product(alphabet, repeat=n):
+            yield "".join(t) + TRIGGER
 
 
 def random_prompt(rng: random.Random, alphabet: str, n: int) -> str:

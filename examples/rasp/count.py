@@ -7,7 +7,6 @@ position, and only the input holds letters) and printed in decimal, once.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +30,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(0, min(max_len, 6) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 6, shortest=0)
 
 
 def random_input(rng: random.Random, n: int) -> str:

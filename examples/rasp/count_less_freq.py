@@ -14,7 +14,6 @@ them: sum over b of hist_b * [hist_b <= 2], one table per letter. Printed once, 
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -40,9 +39,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5)
 
 
 def random_input(rng: random.Random, n: int) -> str:

@@ -12,7 +12,6 @@ examples/rasp/FINDINGS.md, finding 1); a shift that reaches ``<bos>`` marks ``No
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -39,9 +38,7 @@ def oracle(prompt: str, pattern: str = PATTERN) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 6) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 6)
 
 
 def random_input(rng: random.Random, n: int) -> str:

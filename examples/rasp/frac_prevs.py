@@ -13,7 +13,6 @@ construction (``tw.claim``).
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -41,9 +40,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 4) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 4)
 
 
 def random_input(rng: random.Random, n: int) -> str:
@@ -61,10 +58,9 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         frac = tw.aggregate(tw.select(x, x, "true"), bools)  # k / i at position i
         i = torch.round(tw.position(x))
         k = tw.claim(frac * i, 0, max_len, integral=True)
-        n = tw.selector_width(tw.select(x, x, lambda kk, q: kk in letters))
+        n = c.count_tokens(x, ALPHABET)  # the input's length
         return c.print_sequence(x, lay, n, 0, max_len, lambda e: c.value_at(k, e))
 
-    letters = [VOCAB[t] for t in ALPHABET]
     # the longest answer: 1,2,...,max_len
     longest = len(c.numbers(range(1, max_len + 1)))
     options.setdefault("max_seq_len", max_len + 2 + longest)

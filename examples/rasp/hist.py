@@ -10,7 +10,6 @@ commas never equal a letter). The counts are printed in decimal, separated by ``
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -35,9 +34,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5)
 
 
 def random_input(rng: random.Random, n: int) -> str:
@@ -49,11 +46,9 @@ def sample(rng: random.Random, max_len: int = MAX_LEN) -> str:
 
 
 def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
-    letters = [VOCAB[t] for t in ALPHABET]
-
     def hist(x: torch.Tensor) -> torch.Tensor:
         lay = c.layout(x)
-        n = tw.selector_width(tw.select(x, x, lambda k, q: k in letters))  # the input's length
+        n = c.count_tokens(x, ALPHABET)  # the input's length
 
         def element(e: torch.Tensor) -> torch.Tensor:
             token = c.value_at(tw.code(x), e)

@@ -8,7 +8,6 @@ decimal. tracr's program gives the length at every position; ours prints it once
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +30,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(0, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5, shortest=0)
 
 
 def random_input(rng: random.Random, n: int) -> str:
@@ -49,8 +46,7 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         lay = c.layout(x)
         # The input tokens are letters; the answer's digits are not: a key test on the token
         # alone counts the input (a TRUE select would count the trigger and the digits).
-        letters = [float(tw.token(t)) for t in ALPHABET]
-        n = tw.selector_width(tw.select(x, x, lambda k, q: k in letters))
+        n = c.count_tokens(x, ALPHABET)
         return c.print_one(x, lay, n, 0, max_len)
 
     options.setdefault("max_seq_len", max_len + 2 + len(str(max_len)))

@@ -11,7 +11,6 @@ docstring warns of the size); here the map is affine, so it is free.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -42,9 +41,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 6) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 6)
 
 
 def random_input(rng: random.Random, n: int) -> str:

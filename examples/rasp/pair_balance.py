@@ -11,7 +11,6 @@ denominator being e + 1), read with ``tw.gather``, signed, separated by ``,``.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -41,9 +40,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 4) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 4)
 
 
 def random_input(rng: random.Random, n: int) -> str:
@@ -65,11 +62,10 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
         # reference); rounded, so that the printing table sees it within 2**-20 or so.
         i = torch.round(tw.position(x))
         balance = torch.round(tw.claim((opens - closes) * i, -max_len, max_len, integral=True))
-        n = tw.selector_width(tw.select(x, x, lambda k, q: k in letters))
+        n = c.count_tokens(x, ALPHABET)  # the input's length
         return c.print_sequence(x, lay, n, -max_len, max_len,
                                 lambda e: c.value_at(balance, e))
 
-    letters = [VOCAB[t] for t in ALPHABET]
     longest = len(c.numbers(range(-1, -max_len - 1, -1)))  # -1,-2,...,-max_len
     options.setdefault("max_seq_len", max_len + 2 + longest)
     return tw.compile(pair_balance, vocab=VOCAB, **options).with_domain(

@@ -12,7 +12,6 @@ is ``tw.shift``, whose ``<bos>`` row stands for RASP's ``None``.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -38,9 +37,7 @@ def oracle(prompt: str, offset: int = OFFSET) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5)
 
 
 def random_input(rng: random.Random, n: int) -> str:

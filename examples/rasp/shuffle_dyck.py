@@ -20,7 +20,6 @@ trigger the last input position is one step back: ``tw.shift(all_zero, 1)``.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -56,10 +55,7 @@ def oracle(prompt: str, pairs: Sequence[str] = PAIRS) -> str:
 
 
 def inputs(max_len: int = MAX_LEN, pairs: Sequence[str] = PAIRS) -> Iterator[str]:
-    alphabet = "".join(pairs)
-    for n in range(1, min(max_len, 10 if len(pairs) == 1 else 6) + 1):
-        for t in itertools.product(alphabet, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts("".join(pairs), max_len, 10 if len(pairs) == 1 else 6)
 
 
 def balanced_word(rng: random.Random, n_pairs: int, o: str, cl: str) -> list[str]:

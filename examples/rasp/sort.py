@@ -21,7 +21,6 @@ the token just printed, u (exact: a token), as in ``sort_unique`` plus ties:
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -45,9 +44,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5)
 
 
 def random_input(rng: random.Random, n: int) -> str:

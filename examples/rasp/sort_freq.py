@@ -28,7 +28,6 @@ round (all tokens at once), 4 x 4 in the second, where the select would be one h
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Iterator
@@ -56,9 +55,7 @@ def oracle(prompt: str) -> str:
 
 
 def inputs(max_len: int = MAX_LEN) -> Iterator[str]:
-    for n in range(1, min(max_len, 5) + 1):
-        for t in itertools.product(ALPHABET, repeat=n):
-            yield "".join(t) + c.TRIGGER
+    return c.all_prompts(ALPHABET, max_len, 5)
 
 
 def random_input(rng: random.Random, n: int) -> str:

@@ -95,12 +95,22 @@ def _key(target: object) -> object:
     return ("method", target) if isinstance(target, str) else target
 
 
+# where torch and Python keep functions, as users spell them
+_SPELLED = {"torch._VariableFunctionsClass": "torch", "torch._C._nn": "F",
+            "torch.nn.functional": "F", "_operator": "operator", "builtins": ""}
+
+
 def _op_name(target: object) -> str:
+    """How a user spells ``target``: ``torch.floor``, ``Tensor.floor``, ``operator.mod``..."""
     if isinstance(target, str):
         return f"Tensor.{target}"
+    name = str(getattr(target, "__name__", None) or repr(target))
+    qualname = str(getattr(target, "__qualname__", None) or name)
     module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
-    return f"{module}.{name}" if module and module != "builtins" else str(name)
+    if qualname.startswith("_VariableFunctionsClass."):
+        module = "torch._VariableFunctionsClass"
+    prefix = _SPELLED.get(module, module)
+    return f"{prefix}.{name}" if prefix else name
 
 
 def register(target: object, **fields: Any) -> OpSpec:
@@ -204,7 +214,7 @@ def intrinsic(lower: Rule | None = None, machine: str | None = None,
 
         wrapper.__tw_intrinsic__ = True  # type: ignore[attr-defined]
         fields = {"lower": lower, "facts": facts}
-        register(wrapper, name=f"tw.{eager.__name__}", eager=eager, machine=machine,
+        register(wrapper, name=f"{machine or 'tw'}.{eager.__name__}", eager=eager, machine=machine,
                  intrinsic=True, **{k: v for k, v in fields.items() if v is not None})
         INTRINSICS.append(wrapper)
         return cast(F, wrapper)

@@ -34,6 +34,7 @@ from transformers.utils import logging as hf_logging
 
 from examples import NAMES
 from torchwright_fx.backends.gguf import layout, save_gguf
+from torchwright_fx.base.machines import machine_of_act
 
 GGML_TYPE_F32 = 0
 
@@ -75,7 +76,7 @@ def check(name: str, work: Path, samples: int, threads: int, options: dict) -> R
     module = importlib.import_module(f"examples.{name}")
     program = module.make(**options) if options else module.program
     m = program.weights
-    if m.act == "relu":
+    if not machine_of_act(m.act).llama_cpp:
         return f"{name}: skipped, compiled for machine='relu' (llama.cpp has no gated-ReLU arch)"
     print(f"{name}: GGUF arch {layout(m)[0]}, d_head {m.d_head}, max_seq_len {m.max_seq_len}",
           flush=True)

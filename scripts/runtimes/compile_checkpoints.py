@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import examples  # noqa: E402
+from torchwright_fx.base.machines import machine_kind  # noqa: E402
 
 D_HEAD = 32
 SAMPLES = 12  # seeded prompts from the domain, besides the demos and the edge cases
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         program = module.make(d_head=D_HEAD).compile()
         stats = program.stats()
-        if stats["machine"] == "relu":
+        if not machine_kind(stats["machine"]).vllm:
             print(f"{name}: skipped (machine=relu; vLLM's Phi-3 MLP is silu-only)")
             continue
         directory = program.save_pretrained(out / f"{name}_hf")

@@ -35,13 +35,17 @@ class MachineKind:
     smooth_hinge: bool
     # llama.cpp's Phi-3 graph runs this MLP (its GGUF writer refuses the others)
     llama_cpp: bool
+    # vLLM's Phi-3 MLP runs it (silu only)
+    vllm: bool
 
     def __str__(self) -> str:
         return self.name
 
 
-SWIGLU = MachineKind("swiglu", "silu", gated_up=True, smooth_hinge=True, llama_cpp=True)
-RELU = MachineKind("relu", "relu", gated_up=False, smooth_hinge=False, llama_cpp=False)
+SWIGLU = MachineKind("swiglu", "silu", gated_up=True, smooth_hinge=True, llama_cpp=True,
+                     vllm=True)
+RELU = MachineKind("relu", "relu", gated_up=False, smooth_hinge=False, llama_cpp=False,
+                   vllm=False)
 MACHINES: dict[str, MachineKind] = {m.name: m for m in (SWIGLU, RELU)}
 
 

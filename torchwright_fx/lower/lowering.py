@@ -62,7 +62,7 @@ def choose_machine(gm: torch.fx.GraphModule, requested: MachineName | None) -> M
             "  use torchwright_fx.ops.swiglu or torchwright_fx.ops.relu, not both")
     if first_use:
         (used, node), = first_use.items()
-        if requested is not None and requested != used:
+        if requested is not None and machine_kind(requested) is not machine_kind(used):
             raise node_error(node, f"a {used} library op in a program compiled for the "
                                    f"{requested} machine")
         return machine_kind(used)

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ir", ("ir",)),
     ("constructions", ("ops",)),
     ("capture", ("capture",)),
+    ("analysis", ("analysis",)),
     ("lower", ("lower",)),
     ("op families", ("families",)),
     ("passes", ("passes",)),

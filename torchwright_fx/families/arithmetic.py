@@ -8,11 +8,23 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.analysis.facts import (
+    FactsCtx,
+    NodeFacts,
+    as_facts,
+    const_values,
+    divided,
+    is_constant,
+    scaled,
+)
 from torchwright_fx.base import numerics
-from torchwright_fx.capture.registry import lowering
-from torchwright_fx.families.rounding import rounded
+from torchwright_fx.capture.registry import facts, lowering
+from torchwright_fx.families.rounding import rounded, rounded_facts
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
+    EXACT,
+    INEXACT,
+    ONCE,
     Interval,
     lattice_product,
 )
@@ -195,3 +207,102 @@ def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> 
 @lowering(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
 def _floordiv(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     return _div(ctx, a, b, rounding_mode="floor")
+
+
+# -- facts ---------------------------------------------------------------------------------------
+def product_facts(ctx: FactsCtx, x: NodeFacts, y: NodeFacts) -> NodeFacts:
+    """x * y of two streams (``product``): a square where both are the same value; a mean of
+    whole numbers times its count (position + 1) is whole up to rounding."""
+    ranges = []
+    for i, (r, s) in enumerate(zip(x.ranges, y.ranges, strict=True)):
+        p, q = x.form(i), y.form(i)
+        out = _square_range(r) if p is not None and p == q else r * s
+        if _counts_mean(ctx, p, r, q) or _counts_mean(ctx, q, s, p):
+            out = dataclasses.replace(out, near_integral=True)
+        ranges.append(out)
+    return NodeFacts(ranges, x.is_bool and y.is_bool, ctx.fresh(ranges))
+
+
+def _counts_mean(ctx: FactsCtx, m: Lin | None, rm: Interval, count: Lin | None) -> bool:
+    """``_mean_times_count`` on forms: m a mean over every position, count = position + 1."""
+    pos = ctx.analysis.shared.get("position")
+    return (rm.max_den > 0 and rm.den_group == -1 and pos is not None and m is not None
+            and len(m.terms) == 1 and m.const == 0 and count == pos + 1.0)
+
+
+@facts(operator.mul, torch.mul, methods=("mul", "__mul__", "__rmul__"))
+def _mul_facts(ctx: FactsCtx, a: Any, b: Any, *, step: float | None = None) -> NodeFacts:
+    w = ctx.out_width
+    if is_constant(b) or is_constant(a):
+        stream, k = (a, b) if is_constant(b) else (b, a)
+        return scaled(as_facts(stream, w), const_values(k, w))
+    return product_facts(ctx, as_facts(a, w), as_facts(b, w))
+
+
+def power_facts(ctx: FactsCtx, x: NodeFacts, n: int) -> NodeFacts:
+    """x ** n by repeated squaring (``power`` on SwiGLU; the ReLU machine's table ranges,
+    ``_power_range``, lie inside these)."""
+    if n == 0:
+        return NodeFacts.const([1.0] * x.width)
+    if n == 1:
+        return x
+    half = power_facts(ctx, x, n // 2)
+    sq = product_facts(ctx, half, half)
+    return product_facts(ctx, sq, x) if n % 2 else sq
+
+
+@facts(torch.square, methods=("square",))
+def _square_facts(ctx: FactsCtx, a: Any, *, step: float | None = None) -> NodeFacts:
+    return power_facts(ctx, as_facts(a, ctx.out_width), 2)
+
+
+@facts(operator.pow, torch.pow, methods=("pow", "__pow__"))
+def _pow_facts(ctx: FactsCtx, a: Any, n: Any) -> NodeFacts:
+    if not isinstance(a, NodeFacts) or isinstance(n, NodeFacts) or not float(n).is_integer() \
+            or n < 0:
+        raise ctx.error(f"a power with exponent {n!r}")
+    return power_facts(ctx, as_facts(a, ctx.out_width), int(n))
+
+
+def reciprocal_facts(ctx: FactsCtx, x: NodeFacts,
+                     rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> NodeFacts:
+    """1/x over a range of one sign (``reciprocal``), widened by rel_tol of its magnitude as
+    the SwiGLU machine's facts are; the reference rounds an exact x's reciprocal once."""
+    ranges = []
+    for r in x.ranges:
+        if not r.finite or r.lo <= 0 <= r.hi:
+            raise ctx.error(f"1/x over [{r.lo}, {r.hi}]: not of one sign")
+        lo, hi = sorted((1.0 / r.lo, 1.0 / r.hi))
+        slack = rel_tol * max(abs(lo), abs(hi))
+        ranges.append(Interval(lo - slack, hi + slack,
+                               rounding=ONCE if r.rounding == EXACT else INEXACT))
+    return NodeFacts(ranges)
+
+
+@facts(torch.reciprocal, methods=("reciprocal",))
+def _reciprocal_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    return reciprocal_facts(ctx, as_facts(a, ctx.out_width))
+
+
+@facts(operator.truediv, torch.div, torch.true_divide, methods=(
+    "div", "__truediv__", "true_divide"))
+def _div_facts(ctx: FactsCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> NodeFacts:
+    w = ctx.out_width
+    if is_constant(b):
+        quotient = divided(as_facts(a, w), const_values(b, w))
+    elif is_constant(a):
+        quotient = scaled(reciprocal_facts(ctx, as_facts(b, w)), const_values(a, w))
+    else:
+        recip = reciprocal_facts(ctx, as_facts(b, w))
+        quotient = product_facts(ctx, as_facts(a, w),
+                                 NodeFacts(recip.ranges, False, ctx.fresh(recip.ranges)))
+    if rounding_mode is None:
+        return quotient
+    if rounding_mode not in ("floor", "trunc"):
+        raise ctx.error(f"rounding_mode={rounding_mode!r}")
+    return rounded_facts(ctx, quotient, rounding_mode)
+
+
+@facts(operator.floordiv, torch.floor_divide, methods=("__floordiv__", "floor_divide"))
+def _floordiv_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    return _div_facts(ctx, a, b, rounding_mode="floor")

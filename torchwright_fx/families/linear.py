@@ -8,7 +8,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from torchwright_fx.capture.registry import lowering
+from torchwright_fx.analysis.facts import (
+    FactsCtx,
+    NodeFacts,
+    as_facts,
+    scaled,
+)
+from torchwright_fx.capture.registry import facts, lowering
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -165,3 +171,153 @@ def _reshape(ctx: LowerCtx, v: Any, *_: Any, **__: Any) -> Stream:
 def _const_like(ctx: LowerCtx, v: Any, *args: Any, **kwargs: Any) -> Stream:
     row = ctx.shape.bos.reshape(-1)  # a constant stream: any row will do
     return Stream.const([float(r) for r in row], ctx.shape.dtype == torch.bool)
+
+
+# -- facts ---------------------------------------------------------------------------------------
+def _sum_forms(x: NodeFacts, y: NodeFacts) -> list[Lin] | None:
+    if x.forms is None or y.forms is None:
+        return None
+    return [p + q for p, q in zip(x.forms, y.forms, strict=True)]
+
+
+@facts(operator.add, torch.add, methods=("add", "__add__", "__radd__"))
+def _add_facts(ctx: FactsCtx, a: Any, b: Any, *, alpha: float = 1.0) -> NodeFacts:
+    x, y = as_facts(a, ctx.out_width), as_facts(b, ctx.out_width)
+    if x.is_bool and y.is_bool:
+        raise ctx.error("adding two bool tensors is a logical or in torch")
+    if alpha != 1.0:
+        y = scaled(y, [float(alpha)] * y.width)
+    return NodeFacts([r + s for r, s in zip(x.ranges, y.ranges, strict=True)], False,
+                     _sum_forms(x, y))
+
+
+@facts(operator.sub, torch.sub, methods=("sub", "__sub__"))
+def _sub_facts(ctx: FactsCtx, a: Any, b: Any, *, alpha: float = 1.0) -> NodeFacts:
+    w = ctx.out_width
+    return _add_facts(ctx, a, scaled(as_facts(b, w), [-float(alpha)] * w))
+
+
+@facts(torch.rsub, methods=("__rsub__",))
+def _rsub_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    return _sub_facts(ctx, b, a)
+
+
+@facts(operator.neg, torch.neg, methods=("neg", "__neg__"))
+def _neg_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    return scaled(as_facts(a, ctx.out_width), [-1.0] * ctx.out_width)
+
+
+@facts(operator.pos)
+def _pos_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    return as_facts(a, ctx.out_width)
+
+
+@facts(operator.getitem)
+def _getitem_facts(ctx: FactsCtx, v: Any, index: Any) -> NodeFacts:
+    if not isinstance(v, NodeFacts):
+        raise ctx.error("indexing a constant inside the program")
+    idx = index if isinstance(index, tuple) else (index,)
+    if idx and idx[0] is Ellipsis:
+        idx = (slice(None), *idx[1:])
+    if len(idx) != 2 or idx[0] != slice(None):
+        raise ctx.error(f"index {index!r} selects positions")
+    cols = list(range(v.width))
+    last = idx[1]
+    if last is None:
+        return v
+    picked = cols[last] if isinstance(last, slice) else (
+        [cols[i] for i in last] if isinstance(last, (list, tuple)) else [cols[int(last)]])
+    return v.columns(picked)
+
+
+def _cat_facts(parts: list[NodeFacts]) -> NodeFacts:
+    forms = None if any(p.forms is None for p in parts) else \
+        [c for p in parts for c in p.forms or ()]
+    return NodeFacts([r for p in parts for r in p.ranges], all(p.is_bool for p in parts), forms)
+
+
+@facts(torch.cat, torch.concat, torch.concatenate)
+def _cat_rule_facts(ctx: FactsCtx, tensors: Any, dim: int = 0) -> NodeFacts:
+    if dim not in (-1, 1):
+        raise ctx.error(f"torch.cat along dim {dim}")
+    return _cat_facts([t if isinstance(t, NodeFacts) else as_facts(t, 1) for t in tensors])
+
+
+@facts(torch.stack)
+def _stack_facts(ctx: FactsCtx, tensors: Any, dim: int = 0) -> NodeFacts:
+    parts = [t if isinstance(t, NodeFacts) else as_facts(t, 1) for t in tensors]
+    if dim not in (-1, 1) or any(p.width != 1 for p in parts):
+        raise ctx.error(f"torch.stack along dim {dim}")
+    return _cat_facts(parts)
+
+
+def _matrix_facts(x: NodeFacts, w: torch.Tensor, bias: torch.Tensor | None) -> NodeFacts:
+    """x @ w + bias (``_apply_matrix``)."""
+    forms, ranges = [], []
+    for j in range(w.shape[1]):
+        b = 0.0 if bias is None else float(bias[j])
+        form, rng = Lin.constant(b), Interval.point(b)
+        for i in range(w.shape[0]):
+            k = float(w[i, j])
+            if k != 0.0:
+                form = form + x.forms[i] * k if x.forms is not None else form
+                rng = rng + x.ranges[i].scale(k)
+        forms.append(form)
+        ranges.append(rng)
+    return NodeFacts(ranges, False, forms if x.forms is not None else None)
+
+
+@facts(operator.matmul, torch.matmul, torch.mm, methods=("matmul", "__matmul__", "mm"))
+def _matmul_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    if not isinstance(a, NodeFacts) or isinstance(b, NodeFacts):
+        raise ctx.error("matmul needs a stream on the left and constant weights on the right")
+    weights = _weights(b)
+    return _matrix_facts(a, weights[:, None] if weights.dim() == 1 else weights, None)
+
+
+@facts(F.linear)
+def _linear_facts(ctx: FactsCtx, x: Any, weight: Any, bias: Any = None) -> NodeFacts:
+    if not isinstance(x, NodeFacts) or isinstance(weight, NodeFacts) or \
+            isinstance(bias, NodeFacts):
+        raise ctx.error("F.linear needs constant weight and bias")
+    b = None if bias is None else _weights(bias).reshape(-1)
+    return _matrix_facts(x, _weights(weight).T, b)
+
+
+def last_dim_facts(ctx: FactsCtx, dim: Any, what: str) -> None:
+    """A reduction's dim must be the last (``rules._last_dim``)."""
+    if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
+        raise ctx.error(f"{what} over positions (or all dims)")
+
+
+@facts(torch.sum, methods=("sum",))
+def _sum_facts(ctx: FactsCtx, v: Any, dim: Any = None, keepdim: bool = False,
+               **_: Any) -> NodeFacts:
+    last_dim_facts(ctx, dim, "sum")
+    x = as_facts(v, 1) if not isinstance(v, NodeFacts) else v
+    rng, form = Interval.point(0.0), Lin()
+    for i, r in enumerate(x.ranges):
+        rng = rng + r
+        form = form + (x.form(i) or Lin())
+    return NodeFacts([rng], False, None if x.forms is None else [form])
+
+
+@facts(methods=("float", "contiguous", "clone", "detach", "to", "type", "double"))
+def _same_facts(ctx: FactsCtx, v: Any, *_: Any, **__: Any) -> NodeFacts:
+    x = as_facts(v, ctx.out_width)
+    return NodeFacts(x.ranges, False, x.forms)
+
+
+@facts(torch.squeeze, torch.unsqueeze, torch.reshape, methods=(
+    "squeeze", "unsqueeze", "view", "reshape", "flatten"))
+def _reshape_facts(ctx: FactsCtx, v: Any, *_: Any, **__: Any) -> NodeFacts:
+    x = as_facts(v, ctx.out_width)
+    if x.width != ctx.out_width:
+        raise ctx.error("a reshape that changes the width of a stream")
+    return x
+
+
+@facts(torch.ones_like, torch.zeros_like, torch.full_like)
+def _const_like_facts(ctx: FactsCtx, v: Any, *args: Any, **kwargs: Any) -> NodeFacts:
+    row = ctx.shape.bos.reshape(-1)
+    return NodeFacts.const([float(r) for r in row], ctx.shape.dtype == torch.bool)

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from torchwright_fx.capture.registry import Rule, lowering
-from torchwright_fx.families.linear import _add
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
+from torchwright_fx.capture.registry import Rule, facts, lowering
+from torchwright_fx.families.linear import _add, last_dim_facts
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     BOOL,
@@ -197,3 +198,73 @@ def _to_bool(ctx: LowerCtx, v: Any) -> Stream:
     if all(r.is_bool for r in x.ranges):
         return x.as_bool()
     return _compare(ctx, x, 0.0, "ne")
+
+
+# -- facts ---------------------------------------------------------------------------------------
+def _compare_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    """A comparison is 0/1 (``_compare``); whether it can be decided exactly is lowering's."""
+    for v in (a, b):
+        as_facts(v, ctx.out_width)
+    return NodeFacts([BOOL] * ctx.out_width, True)
+
+
+for _op in ("gt", "ge", "lt", "le", "eq", "ne"):
+    facts(getattr(operator, _op), getattr(torch, _op),
+          methods=(_op, f"__{_op}__"))(_compare_facts)
+facts(torch.greater, torch.greater_equal, torch.less, torch.less_equal, torch.not_equal,
+      methods=("greater", "greater_equal", "less", "less_equal", "not_equal"))(_compare_facts)
+
+
+def _bool_facts(ctx: FactsCtx, *values: Any) -> list[NodeFacts]:
+    out = [as_facts(v, ctx.out_width) for v in values]
+    if not all(r.is_bool for x in out for r in x.ranges):
+        raise ctx.error("logical ops need 0/1 streams")
+    return out
+
+
+@facts(operator.and_, torch.logical_and, torch.bitwise_and, operator.or_, torch.logical_or,
+       torch.bitwise_or, operator.xor, torch.logical_xor, torch.bitwise_xor,
+       methods=("__and__", "__rand__", "logical_and", "bitwise_and", "__or__", "__ror__",
+                "logical_or", "bitwise_or", "__xor__", "__rxor__", "logical_xor", "bitwise_xor"))
+def _logic_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    x, _ = _bool_facts(ctx, a, b)
+    return NodeFacts([BOOL] * x.width, True)
+
+
+@facts(operator.invert, torch.logical_not, torch.bitwise_not,
+       methods=("__invert__", "logical_not", "bitwise_not"))
+def _not_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    (x,) = _bool_facts(ctx, a)
+    forms = None if x.forms is None else [1.0 - c for c in x.forms]
+    return NodeFacts([BOOL] * x.width, True, forms)
+
+
+def _reduce_logic_facts(what: str) -> Rule:
+    def rule(ctx: FactsCtx, v: Any, dim: Any = None, keepdim: bool = False) -> NodeFacts:
+        last_dim_facts(ctx, dim, what)
+        x = v if isinstance(v, NodeFacts) else as_facts(v, 1)
+        if not all(r.is_bool for r in x.ranges):
+            raise ctx.error("all / any need 0/1 streams")
+        return NodeFacts([BOOL], True)
+
+    return rule
+
+
+facts(torch.all, methods=("all",))(_reduce_logic_facts("all"))
+facts(torch.any, methods=("any",))(_reduce_logic_facts("any"))
+
+
+@facts(torch.where)
+def _where_facts(ctx: FactsCtx, cond: Any, a: Any, b: Any) -> NodeFacts:
+    _bool_facts(ctx, cond)
+    x, y = as_facts(a, ctx.out_width), as_facts(b, ctx.out_width)
+    return NodeFacts([r.hull(s) for r, s in zip(x.ranges, y.ranges, strict=True)],
+                     x.is_bool and y.is_bool)
+
+
+@facts(methods=("bool",))
+def _to_bool_facts(ctx: FactsCtx, v: Any) -> NodeFacts:
+    x = as_facts(v, ctx.out_width)
+    if all(r.is_bool for r in x.ranges):
+        return x.as_bool()
+    return _compare_facts(ctx, x, 0.0)

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from torchwright_fx.capture.registry import Rule, lowering
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts, const_values
+from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     INF,
@@ -105,3 +106,65 @@ def _hardtanh(ctx: LowerCtx, a: Any, min_val: float = -1.0, max_val: float = 1.0
 @lowering(F.relu6)
 def _relu6(ctx: LowerCtx, a: Any, inplace: bool = False) -> Stream:
     return _clamp(ctx, a, 0.0, 6.0)
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@facts(torch.relu, F.relu, methods=("relu",))
+def _relu_facts(ctx: FactsCtx, a: Any, inplace: bool = False) -> NodeFacts:
+    return NodeFacts([r.clamp(0.0, INF) for r in as_facts(a, ctx.out_width).ranges])
+
+
+@facts(torch.abs, operator.abs, methods=("abs", "__abs__"))
+def _abs_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    return NodeFacts([r.absolute() for r in as_facts(a, ctx.out_width).ranges])
+
+
+@facts(torch.clamp, torch.clip, methods=("clamp", "clip"))
+def _clamp_facts(ctx: FactsCtx, a: Any, min: Any = None, max: Any = None) -> NodeFacts:
+    x = as_facts(a, ctx.out_width)
+    if isinstance(min, NodeFacts) or isinstance(max, NodeFacts):  # max / min of streams
+        lower = x if min is None else _extremum_facts(ctx, x, min, 1.0)
+        return lower if max is None else _extremum_facts(ctx, lower, max, -1.0)
+    w = x.width
+    los = [-INF] * w if min is None else const_values(min, w)
+    his = [INF] * w if max is None else const_values(max, w)
+    return NodeFacts([r.clamp(lo, hi) for r, lo, hi in zip(x.ranges, los, his, strict=True)])
+
+
+def _extremum_facts(ctx: FactsCtx, a: Any, b: Any, sign: float) -> NodeFacts:
+    x, y = as_facts(a, ctx.out_width), as_facts(b, ctx.out_width)
+    return NodeFacts([r.extremum(s, sign) for r, s in zip(x.ranges, y.ranges, strict=True)])
+
+
+@facts(torch.maximum, torch.fmax, methods=("maximum", "fmax"))
+def _maximum_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    return _extremum_facts(ctx, a, b, 1.0)
+
+
+@facts(torch.minimum, torch.fmin, methods=("minimum", "fmin"))
+def _minimum_facts(ctx: FactsCtx, a: Any, b: Any) -> NodeFacts:
+    return _extremum_facts(ctx, a, b, -1.0)
+
+
+def _max_or_reduction_facts(sign: float) -> Rule:
+    def rule(ctx: FactsCtx, a: Any, b: Any = None, *rest: Any, **kwargs: Any) -> NodeFacts:
+        if b is None or isinstance(b, int) or rest or kwargs:
+            raise ctx.error("torch.max / torch.min as a reduction")
+        return _extremum_facts(ctx, a, b, sign)
+
+    return rule
+
+
+facts(torch.max, methods=("max",))(_max_or_reduction_facts(1.0))
+facts(torch.min, methods=("min",))(_max_or_reduction_facts(-1.0))
+
+
+@facts(F.hardtanh)
+def _hardtanh_facts(ctx: FactsCtx, a: Any, min_val: float = -1.0, max_val: float = 1.0,
+                    inplace: bool = False) -> NodeFacts:
+    return _clamp_facts(ctx, a, min_val, max_val)
+
+
+@facts(F.relu6)
+def _relu6_facts(ctx: FactsCtx, a: Any, inplace: bool = False) -> NodeFacts:
+    return _clamp_facts(ctx, a, 0.0, 6.0)

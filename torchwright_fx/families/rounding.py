@@ -11,9 +11,16 @@ from typing import Any
 
 import torch
 
+from torchwright_fx.analysis.facts import (
+    FactsCtx,
+    NodeFacts,
+    as_facts,
+    const_values,
+    scaled,
+)
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.numerics import NOISE_TOLERANCE
-from torchwright_fx.capture.registry import Rule, lowering
+from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.families.logic import COMPARE_ADVICE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
@@ -209,7 +216,11 @@ def _remainder_of(ctx: LowerCtx, x: Stream, ms: list[float], kind: str) -> Strea
 def _mod_range(ctx: LowerCtx, x: Lin, r: Interval, m: float, kind: str) -> Interval:
     """x - m*q with q an integer: x's lattice joined with m's multiples. On a lattice the
     residues are the points of (s, offset) in [0, |m|) or (-|m|, 0], s = gcd(spacing, |m|)."""
-    g = grid(ctx, x, r)
+    return mod_range_on(r, m, kind, grid(ctx, x, r))
+
+
+def mod_range_on(r: Interval, m: float, kind: str, g: Grid | None) -> Interval:
+    """``_mod_range`` for a value on the lattice ``g`` (None: no lattice)."""
     mq = ffn.rational(m)
     lat = None if mq is None else lattice_sum(r.lattice, (abs(mq), Fraction(0)))
     if kind == "floor" and 0 <= r.lo and r.hi < m:
@@ -254,3 +265,81 @@ def _sign(ctx: LowerCtx, a: Any) -> Stream:
         fs.append(ffn.staircase(base, steps, values))
         ranges.append(Interval(base, base + len(steps), True))
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
+
+
+# -- facts ---------------------------------------------------------------------------------------
+def rounded_facts(ctx: FactsCtx, x: NodeFacts, kind: str) -> NodeFacts:
+    """floor / ceil / round / trunc of every column (``rounded``): whole numbers between the
+    rounded ends; a column already whole (or constant) keeps its form, as lowering keeps it."""
+    ranges, forms = [], []
+    for i, r in enumerate(x.ranges):
+        out = _round_range(kind, r)
+        ranges.append(out)
+        g = ctx.grid(x.form(i), r)
+        if r.lo == r.hi:
+            forms.append(Lin.constant(out.lo))
+        elif g is not None and g.integral and x.form(i) is not None:
+            forms.append(x.form(i))
+        else:
+            forms.append(ctx.fresh([out])[0])
+    return NodeFacts(ranges, False, forms)
+
+
+def _rounding_facts(kind: str) -> Rule:
+    def rule(ctx: FactsCtx, a: Any, *_: Any, decimals: int = 0, **__: Any) -> NodeFacts:
+        x = as_facts(a, ctx.out_width)
+        if decimals:
+            k = 10.0 ** decimals
+            return scaled(rounded_facts(ctx, scaled(x, [k] * x.width), kind), [1 / k] * x.width)
+        return rounded_facts(ctx, x, kind)
+
+    return rule
+
+
+facts(torch.floor, methods=("floor",))(_rounding_facts("floor"))
+facts(torch.ceil, methods=("ceil",))(_rounding_facts("ceil"))
+facts(torch.round, methods=("round",))(_rounding_facts("round"))
+facts(torch.trunc, torch.fix, methods=("trunc", "fix", "int", "long"))(_rounding_facts("trunc"))
+
+
+@facts(torch.frac, methods=("frac",))
+def _frac_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    x = as_facts(a, ctx.out_width)
+    return NodeFacts([Interval.of(max(r.lo, -1.0) if r.lo < 0 else 0.0,
+                                  min(r.hi, 1.0) if r.hi > 0 else 0.0,
+                                  lattice_sum(r.lattice, (Fraction(1), Fraction(0))),
+                                  0.0, r.derived()) for r in x.ranges])
+
+
+def _modulus_facts(ctx: FactsCtx, a: Any, m: Any, kind: str) -> NodeFacts:
+    """x - m * kind(x / m) for a constant m (``_modulus``)."""
+    if not isinstance(a, NodeFacts) or isinstance(m, NodeFacts):
+        raise ctx.error("% / remainder / fmod need a stream and a constant modulus")
+    x = as_facts(a, ctx.out_width)
+    ms = const_values(m, x.width)
+    if any(k == 0 for k in ms):
+        raise ctx.error("modulus 0")
+    return NodeFacts([mod_range_on(r, k, kind, ctx.grid(x.form(i), r))
+                      .with_rounding(r.derived() if Interval.point(k).rounding == EXACT
+                                     else INEXACT)
+                      for i, (r, k) in enumerate(zip(x.ranges, ms, strict=True))])
+
+
+@facts(operator.mod, torch.remainder, methods=("__mod__", "remainder"))
+def _remainder_facts(ctx: FactsCtx, a: Any, m: Any) -> NodeFacts:
+    return _modulus_facts(ctx, a, m, "floor")
+
+
+@facts(torch.fmod, methods=("fmod",))
+def _fmod_facts(ctx: FactsCtx, a: Any, m: Any) -> NodeFacts:
+    return _modulus_facts(ctx, a, m, "trunc")
+
+
+@facts(torch.sign, methods=("sign",))
+def _sign_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
+    ranges = []
+    for r in as_facts(a, ctx.out_width).ranges:
+        n_steps = int(r.lo <= 0 < r.hi) + int(r.lo < 0 <= r.hi)
+        base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
+        ranges.append(Interval(base, base + n_steps, True))
+    return NodeFacts(ranges)

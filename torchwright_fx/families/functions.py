@@ -24,9 +24,11 @@ import numpy as np
 import sympy
 import torch
 
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
 from torchwright_fx.base import numerics
+from torchwright_fx.base.machines import MACHINES
 from torchwright_fx.base.numerics import SILU_SCALE
-from torchwright_fx.capture.registry import intrinsic
+from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import arithmetic
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
@@ -170,7 +172,11 @@ def lower_piecewise_table(ctx: LowerCtx, v: Stream, xs: Sequence[float], ys: Seq
 def _on_points(ctx: LowerCtx, f: Pwl, c: Lin, r: Interval, rng: Interval) -> Interval:
     """The facts of f(x) when x takes few lattice values: the lattice of f at those points
     (the reference interpolates the same table, in float64)."""
-    g = rules.grid(ctx, c, r)
+    return on_points_of(f, rules.grid(ctx, c, r), r, rng)
+
+
+def on_points_of(f: Pwl, g: ffn.Grid | None, r: Interval, rng: Interval) -> Interval:
+    """``_on_points`` for an input on the lattice ``g`` (None: no lattice)."""
     if g is None or not r.finite or g.count(r) > 4096:
         return rng
     values = [float(v) for v in f(np.array(g.points(r)))]
@@ -316,3 +322,39 @@ def reciprocal(v: torch.Tensor, rel_tol: float = numerics.RECIPROCAL_REL_TOL) ->
 
 
 __all__ = ["interpolation_error", "piecewise", "reciprocal"]
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@facts(piecewise_table)
+def _piecewise_table_facts(ctx: FactsCtx, v: NodeFacts, xs: Sequence[float],
+                           ys: Sequence[float], input_scale: float = 1.0,
+                           bound: float | None = None) -> NodeFacts:
+    """The table's values over v's range (its lattice where v takes few values), widened by
+    the SwiGLU corners' error as lowering's facts are on that machine."""
+    f = Pwl.through(xs, ys, sharpness=input_scale, flat=True)
+    slack = max(ffn.hinge_error(f, m) for m in MACHINES.values())
+    x = as_facts(v, ctx.out_width)
+    return NodeFacts([on_points_of(f, ctx.grid(x.form(i), r), r,
+                                   _table_range(f, r, ys, slack))
+                      for i, r in enumerate(x.ranges)])
+
+
+@facts(piecewise_expr)
+def _piecewise_expr_facts(ctx: FactsCtx, v: NodeFacts, expr: str, var: str,
+                          tol: float) -> NodeFacts:
+    e, s = sympy.sympify(expr), sympy.sympify(var)
+    f_num = _numeric(e, s)
+    ranges = []
+    for r in as_facts(v, ctx.out_width).ranges:
+        ffn.need_finite(r, f"tw.piecewise of {e}")
+        knots = ffn.auto_knots(f_num, r.lo, r.hi, lambda t: np.full_like(t, tol / 2),
+                               expression_kinks(e, s, r.lo, r.hi, tol))
+        f = Pwl.through(knots, list(f_num(np.array(knots))), flat=True)
+        ranges.append(_table_range(f, r, [], tol))
+    return NodeFacts(ranges)
+
+
+@facts(reciprocal)
+def _reciprocal_facts(ctx: FactsCtx, v: NodeFacts,
+                      rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> NodeFacts:
+    return arithmetic.reciprocal_facts(ctx, as_facts(v, ctx.out_width), rel_tol)

@@ -18,11 +18,13 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
 from torchwright_fx.base import numerics
 from torchwright_fx.base.numerics import CLAIM_INTEGRAL_REL, CLAIM_INTEGRAL_TOL
 from torchwright_fx.capture.registry import (
     checks_on,
     current_vocab,
+    facts,
     intrinsic,
     resolve_callables,
     token_value,
@@ -80,7 +82,12 @@ def _moved(ctx: LowerCtx, ranges: list[Interval]) -> list[Interval]:
     """The facts of values an attention head moves from another position: the same, except
     that a mean's denominator is the count at *that* position, so it no longer shares one
     with the means of this position (its den_group is the head's own)."""
-    return [dataclasses.replace(r, den_group=hash((ctx.name, r.den_group)) or 1)
+    return moved_ranges(ctx.name, ranges)
+
+
+def moved_ranges(name: str, ranges: Sequence[Interval]) -> list[Interval]:
+    """``_moved`` for the head of the fx node ``name``."""
+    return [dataclasses.replace(r, den_group=hash((name, r.den_group)) or 1)
             if r.max_den else r for r in ranges]
 
 
@@ -277,4 +284,71 @@ def check(v: torch.Tensor, predicate: Callable[[torch.Tensor], torch.Tensor], ms
     ok = predicate(v)
     if not bool(torch.as_tensor(ok).all()):
         raise AssertionError(f"tw.check failed: {msg or predicate}")
+    return v
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@facts(is_token)
+def _is_token_facts(ctx: FactsCtx, x: NodeFacts, tokens: str | Sequence[str]) -> NodeFacts:
+    ids = {ctx.vocab[t] for t in _tokens(tokens)}
+    form = None if x.forms is None else sum((x.forms[i] for i in ids), Lin())
+    return NodeFacts([BOOL], False, None if form is None else [form])
+
+
+@facts(code)
+def _code_facts(ctx: FactsCtx, x: NodeFacts) -> NodeFacts:
+    form = None if x.forms is None else sum((c * float(i) for i, c in enumerate(x.forms)), Lin())
+    return NodeFacts([Interval(0, len(ctx.vocab) - 1, True)], False,
+                     None if form is None else [form])
+
+
+@facts(shift)
+def _shift_facts(ctx: FactsCtx, v: NodeFacts, k: int) -> NodeFacts:
+    if not isinstance(k, int) or k < 0:
+        raise ctx.error(f"shift offset must be a constant int >= 0, got {k!r}")
+    return v if k == 0 else NodeFacts(moved_ranges(ctx.name, v.ranges), v.is_bool)
+
+
+def _gate_facts(ctx: FactsCtx, when: NodeFacts, what: str) -> None:
+    if when.width != 1 or not when.ranges[0].is_bool:
+        raise ctx.error(f"{what} must be a 0/1 stream of width 1")
+
+
+@facts(latch)
+def _latch_facts(ctx: FactsCtx, v: NodeFacts, when: NodeFacts) -> NodeFacts:
+    _gate_facts(ctx, when, "latch's `when`")
+    return NodeFacts(moved_ranges(ctx.name, v.ranges), v.is_bool)
+
+
+@facts(emit)
+def _emit_facts(ctx: FactsCtx, trigger: NodeFacts, seq: Sequence[Any],
+                default: str | float = "<eos>") -> NodeFacts:
+    _gate_facts(ctx, trigger, "emit's trigger")
+    rng = Interval.point(token_value(default))
+    for s in seq:
+        rng = rng.hull(as_facts(token_value(s) if isinstance(s, str) else s, 1).ranges[0])
+    return NodeFacts([rng])
+
+
+@facts(claim)
+def _claim_facts(ctx: FactsCtx, v: NodeFacts, lo: float, hi: float,
+                 integral: bool = False) -> NodeFacts:
+    """The declared range met with what is known (``_lower_claim``)."""
+    out = []
+    for r in v.ranges:
+        if integral and r.step is not None and r.step != 0 and \
+                r.step.denominator % r.offset.denominator != 0:
+            raise ctx.error("tw.claim(..., integral=True) on a value that is never whole")
+        lat = r.lattice if (r.integral or not integral) else (Fraction(1), Fraction(0))
+        new_lo = max(float(lo), r.lo) if r.lo <= hi else float(lo)
+        new_hi = min(float(hi), r.hi) if r.hi >= lo else float(hi)
+        if integral and math.ceil(new_lo) > math.floor(new_hi):
+            raise ctx.error(f"tw.claim(..., integral=True) over [{new_lo:g}, {new_hi:g}] holds "
+                            "no whole number")
+        out.append(Interval.of(new_lo, new_hi, lat, 0.0, EXACT if integral else r.rounding))
+    return NodeFacts(out, v.is_bool or all(r.is_bool for r in out), v.forms)
+
+
+@facts(check)
+def _check_facts(ctx: FactsCtx, v: NodeFacts, predicate: str, msg: str = "") -> NodeFacts:
     return v

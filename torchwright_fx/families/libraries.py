@@ -16,8 +16,9 @@ from typing import Any
 import sympy
 import torch
 
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
 from torchwright_fx.base import numerics
-from torchwright_fx.capture.registry import OPS, intrinsic
+from torchwright_fx.capture.registry import OPS, intrinsic, register
 from torchwright_fx.families import arithmetic
 from torchwright_fx.families import functions as pw
 from torchwright_fx.lower.context import LowerCtx
@@ -134,9 +135,11 @@ def _rounding(machine: str) -> dict[str, Callable[..., Any]]:
 
 
 def _piecewise(machine: str) -> dict[str, Callable[..., Any]]:
-    tagged_table = intrinsic(pw.lower_piecewise_table, machine=machine)(
+    tagged_table = intrinsic(pw.lower_piecewise_table, machine=machine,
+                             facts=OPS[pw.piecewise_table].facts)(
         _copy(pw.piecewise_table, machine))
-    tagged_expr = intrinsic(pw.lower_piecewise_expr, machine=machine)(
+    tagged_expr = intrinsic(pw.lower_piecewise_expr, machine=machine,
+                            facts=OPS[pw.piecewise_expr].facts)(
         _copy(pw.piecewise_expr, machine))
 
     def piecewise(fn: Any, v: torch.Tensor, breakpoints: Any = None, *,
@@ -167,4 +170,37 @@ def make_library(machine: str) -> dict[str, Callable[..., Any]]:
     ops = {**_arithmetic(machine), **_elementwise(machine), **_rounding(machine),
            **_piecewise(machine)}
     assert set(ops) == set(NAMES)
+    _register_facts(ops)
     return ops
+
+
+# -- facts ---------------------------------------------------------------------------------------
+# The library ops analysed as the torch ops they spell (mul, square and reciprocal below).
+SAME_FACTS = {"select": torch.where, "relu": torch.relu, "abs": torch.abs,
+              "minimum": torch.minimum, "maximum": torch.maximum, "clamp": torch.clamp,
+              "compare": torch.gt, "floor": torch.floor, "ceil": torch.ceil,
+              "round": torch.round, "mod": torch.remainder}
+
+
+def _mul_facts(ctx: FactsCtx, a: Any, b: Any, step: float | None = None) -> NodeFacts:
+    rule = OPS[torch.mul].facts
+    assert rule is not None
+    return rule(ctx, a, b, step=step)
+
+
+def _square_facts(ctx: FactsCtx, x: Any, step: float | None = None) -> NodeFacts:
+    return arithmetic.power_facts(ctx, as_facts(x, ctx.out_width), 2)
+
+
+def _reciprocal_facts(ctx: FactsCtx, x: Any,
+                      rel_tol: float = numerics.RECIPROCAL_REL_TOL) -> NodeFacts:
+    return arithmetic.reciprocal_facts(ctx, as_facts(x, ctx.out_width), rel_tol)
+
+
+def _register_facts(ops: dict[str, Callable[..., Any]]) -> None:
+    """Each library intrinsic's facts rule: the torch op's it spells."""
+    own = {"mul": _mul_facts, "square": _square_facts, "reciprocal": _reciprocal_facts}
+    for name, op in ops.items():
+        rule = own.get(name) or (OPS[SAME_FACTS[name]].facts if name in SAME_FACTS else None)
+        if rule is not None:
+            register(op, facts=rule)

@@ -10,11 +10,20 @@ import math
 import torch
 import torch.fx
 
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts
 from torchwright_fx.base import numerics
 from torchwright_fx.base.errors import CompileError
-from torchwright_fx.capture.registry import intrinsic
+from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import counts, digits, selection
-from torchwright_fx.families.intrinsics import _bos_value, _col, _latch, _moved, _need_gate, latch
+from torchwright_fx.families.intrinsics import (
+    _bos_value,
+    _col,
+    _latch,
+    _moved,
+    _need_gate,
+    latch,
+    moved_ranges,
+)
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
 from torchwright_fx.lower import rules
@@ -392,3 +401,58 @@ def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     idx = _col(at)[:, 0].round().long()
     idx = torch.minimum(idx.clamp(min=0), torch.arange(v.shape[0]))
     return v[idx]
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@facts(position)
+def _position_facts(ctx: FactsCtx, x: NodeFacts) -> NodeFacts:
+    return NodeFacts([Interval(0, ctx.max_seq_len - 1, True)], False, [ctx.position_form()])
+
+
+def _gate_facts(ctx: FactsCtx, w: NodeFacts | None, what: str) -> None:
+    if w is not None and (w.width != 1 or not w.ranges[0].is_bool):
+        raise ctx.error(f"{what} must be a 0/1 stream of width 1")
+
+
+@facts(steps_since)
+def _steps_since_facts(ctx: FactsCtx, marker: NodeFacts) -> NodeFacts:
+    _gate_facts(ctx, marker, "the marker")
+    rng = Interval(0, ctx.max_seq_len - 1, True)
+    return NodeFacts([rng], False, [ctx.position_form() - ctx.fresh([rng])[0]])
+
+
+@facts(mean)
+def _mean_facts(ctx: FactsCtx, v: NodeFacts, where: NodeFacts | None = None) -> NodeFacts:
+    """k/n for whole values (n <= max_seq_len positions), rounded once by the reference;
+    means over the same positions share a den_group (``_lower_mean``)."""
+    _gate_facts(ctx, where, "`where`")
+    n = ctx.max_seq_len
+    group = ALL_POSITIONS
+    if where is not None:
+        row = ctx.bos_row(1, "where")
+        at_bos = float(float(row.reshape(-1)[0]) > 0.5) if row is not None else 0.0
+        valid = (where.form(0) or Lin.of(-1)) + ctx.bos_form() * (0.5 * (1.0 - at_bos))
+        group = hash((tuple(sorted(valid.terms.items())), valid.const)) or 1
+    return NodeFacts([Interval(r.lo, r.hi, max_den=n if r.integral else 0, den_group=group,
+                               rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
+                      for r in v.ranges])
+
+
+def _moved_facts(ctx: FactsCtx, v: NodeFacts) -> NodeFacts:
+    """A value an attention head reads at another position (argmax, argmin, gather)."""
+    return NodeFacts(moved_ranges(ctx.name, v.ranges), v.is_bool)
+
+
+@facts(argmax)
+def _argmax_facts(ctx: FactsCtx, score: NodeFacts, v: NodeFacts,
+                  where: NodeFacts | None = None) -> NodeFacts:
+    _gate_facts(ctx, where, "`where`")
+    return _moved_facts(ctx, v)
+
+
+facts(argmin)(_argmax_facts)
+
+
+@facts(gather)
+def _gather_facts(ctx: FactsCtx, v: NodeFacts, at: NodeFacts) -> NodeFacts:
+    return _moved_facts(ctx, v)

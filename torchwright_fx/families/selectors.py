@@ -40,20 +40,31 @@ tuple of values. The ``<bos>`` key has all content features zero and its own dim
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
 from torchwright_fx.base import numerics
 from torchwright_fx.base.errors import HeadTooSmall
 from torchwright_fx.base.numerics import FALLBACK_GAP, MEAN_GAIN, WIDTH_GAIN
-from torchwright_fx.capture.registry import current_vocab, intrinsic, resolve_callables, token_value
+from torchwright_fx.capture.registry import (
+    current_vocab,
+    facts,
+    intrinsic,
+    resolve_callables,
+    token_value,
+)
 from torchwright_fx.families import counts, digits, selection
 from torchwright_fx.families.intrinsics import (
     _col,
     _moved,
+    moved_ranges,
 )
 from torchwright_fx.families.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.ir.linear import Lin
@@ -329,3 +340,122 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
 
 
 __all__ = ["aggregate", "select", "select_latest", "selector_width"]
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class SelectorFacts:
+    """A selector in the analysis: the values each key and query side can take (None: not
+    known to be few) and the predicate over them, combined by ``&``, ``|`` and ``~`` as
+    selectors are while lowering (each combination a new selector: an aggregate's den_group
+    is its selector's)."""
+
+    keys: tuple[tuple[float, ...] | None, ...]
+    queries: tuple[tuple[float, ...] | None, ...]
+    holds: Callable[[Sequence[float], Sequence[float]], bool]
+    op: str = ""  # "", "&", "|", "~"
+    parts: tuple[SelectorFacts, ...] = ()
+    tw_facts = True
+
+    def never(self) -> bool:
+        """It selects nothing, whatever the values (``selection.content`` is None)."""
+        if self.op == "&":
+            return any(p.never() for p in self.parts)
+        sides = [*self.keys, *self.queries]
+        if any(v is None for v in sides):
+            return False
+        keys = list(itertools.product(*[v or () for v in self.keys]))
+        queries = list(itertools.product(*[v or () for v in self.queries]))
+        if max(len(keys), len(queries)) > numerics.MAX_SELECT_TUPLES:
+            return False
+        try:
+            return not any(self.holds(kv, qv) for kv in keys for qv in queries)
+        except Exception:  # a user predicate that fails on some value: it may hold
+            return False
+
+    def _combine(self, op: str, other: SelectorFacts | None) -> SelectorFacts:
+        if other is None:
+            return SelectorFacts(self.keys, self.queries,
+                                 lambda kv, qv: not self.holds(kv, qv), op, (self,))
+        ka, qa = len(self.keys), len(self.queries)
+
+        def holds(kv: Sequence[float], qv: Sequence[float]) -> bool:
+            first, second = self.holds(kv[:ka], qv[:qa]), other.holds(kv[ka:], qv[qa:])
+            return (first and second) if op == "&" else (first or second)
+
+        return SelectorFacts(self.keys + other.keys, self.queries + other.queries, holds, op,
+                             (self, other))
+
+    def __and__(self, other: SelectorFacts) -> SelectorFacts:
+        return self._combine("&", other)
+
+    def __or__(self, other: SelectorFacts) -> SelectorFacts:
+        return self._combine("|", other)
+
+    def __invert__(self) -> SelectorFacts:
+        return self._combine("~", None)
+
+
+def _side_values(ctx: FactsCtx, s: Any, arg_index: int) -> tuple[float, ...] | None:
+    """The values a key or query side takes as the reference sees them (``selection.side``)."""
+    args = ctx.node.args
+    if arg_index < len(args) and args[arg_index] is ctx.input_node:
+        return tuple(float(i) for i in range(len(ctx.vocab)))
+    x = as_facts(s, 1)
+    r = x.ranges[0]
+    g = ctx.grid(x.form(0), r) if x.width == 1 and r.finite else None
+    if g is None or g.count(r) > numerics.MAX_SELECT_VALUES:
+        return None
+    return tuple(float(np.float32(p)) for p in g.points(r))
+
+
+@facts(select)
+def _select_facts(ctx: FactsCtx, keys: Any, queries: Any, predicate: Any) -> SelectorFacts:
+    if predicate in ("true", "false"):
+        return SelectorFacts((), (), lambda kv, qv: predicate == "true")
+    pred = _predicate(resolve_callables(predicate))
+    return SelectorFacts((_side_values(ctx, keys, 0),), (_side_values(ctx, queries, 1),),
+                         lambda kv, qv: pred(kv[0], qv[0]))
+
+
+def _selector_facts(ctx: FactsCtx, sel: Any) -> SelectorFacts:
+    if not isinstance(sel, SelectorFacts):
+        raise ctx.error("expected a selector from tw.select")
+    return sel
+
+
+@facts(aggregate)
+def _aggregate_facts(ctx: FactsCtx, sel: Any, v: Any, default: Any = 0.0) -> NodeFacts:
+    """The mean of the selected values, or ``default`` (``_lower_aggregate``): k/n with the
+    selection's count n, shared by the aggregates of one selector."""
+    sel = _selector_facts(ctx, sel)
+    default = _default_value(default)
+    x = v if isinstance(v, NodeFacts) else as_facts(v, 1)
+    if sel.never():
+        return NodeFacts.const([default] * x.width)
+    n = ctx.max_seq_len
+    owner = id(sel) if float(default).is_integer() else ctx.name
+    group = hash(("aggregate", owner)) or 1
+    ranges = [Interval(min(r.lo, default), max(r.hi, default), max_den=n if r.integral else 0,
+                       den_group=group,
+                       rounding=ONCE if r.integral and r.rounding == EXACT else INEXACT)
+              for r in x.ranges]
+    if all(r.integral and r.lo == r.hi for r in x.ranges):  # a constant: the mean is itself
+        ranges = [dataclasses.replace(r, max_den=0) for r in ranges]
+    return NodeFacts(ranges)
+
+
+@facts(select_latest)
+def _select_latest_facts(ctx: FactsCtx, sel: Any, v: Any, default: Any = 0.0) -> NodeFacts:
+    x = v if isinstance(v, NodeFacts) else as_facts(v, 1)
+    if _selector_facts(ctx, sel).never():
+        return NodeFacts.const([_default_value(default)] * x.width)
+    at = Interval.point(_default_value(default))
+    return NodeFacts(moved_ranges(ctx.name, [r.hull(at) for r in x.ranges]), x.is_bool)
+
+
+@facts(selector_width)
+def _selector_width_facts(ctx: FactsCtx, sel: Any) -> NodeFacts:
+    if _selector_facts(ctx, sel).never():
+        return NodeFacts.const([0.0])
+    return NodeFacts([Interval(0, ctx.max_seq_len - 1, True)])

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchwright_fx.capture.registry import current_vocab, intrinsic, token_value
+from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts, const_values
+from torchwright_fx.capture.registry import current_vocab, facts, intrinsic, token_value
 from torchwright_fx.families import rounding
 from torchwright_fx.families.intrinsics import _col
 from torchwright_fx.ir.linear import Lin
@@ -273,3 +274,90 @@ def equals(v: torch.Tensor, target: Any) -> torch.Tensor:
 
 
 __all__ = ["digits_to_number", "equals", "lookup", "lookup2", "number_to_digits"]
+
+
+# -- facts ---------------------------------------------------------------------------------------
+@facts(lookup)
+def _lookup_facts(ctx: FactsCtx, v: NodeFacts, table: dict,
+                  default: str | float = 0.0) -> NodeFacts:
+    """The entries the key can reach, and the default (``_lower_lookup``)."""
+    fallback = token_value(default)
+    if ctx.node.args[0] is ctx.input_node:  # a per-token table: linear in the one-hot
+        row = [fallback] * len(ctx.vocab)
+        for key, value in table.items():
+            row[ctx.vocab[key]] = token_value(value)
+        form = None if v.forms is None else sum((c * row[i] for i, c in enumerate(v.forms)),
+                                                Lin())
+        return NodeFacts([_hull(row)], False, None if form is None else [form])
+    if v.width != 1:
+        raise ctx.error(f"lookup keys must be one column, got width {v.width}")
+    entries = {int(k): token_value(val) for k, val in table.items()}
+    key = v.ranges[0]
+    if not key.finite:
+        return NodeFacts([_hull([*entries.values(), fallback])])
+    lo, hi = math.ceil(key.lo), math.floor(key.hi)
+    return NodeFacts([_hull([entries.get(k, fallback) for k in range(lo, hi + 1)]
+                            or [fallback])])
+
+
+@facts(lookup2)
+def _lookup2_facts(ctx: FactsCtx, a: NodeFacts, b: NodeFacts, table2: Any,
+                   default: str | float = 0.0) -> NodeFacts:
+    if a.width != 1 or b.width != 1:
+        raise ctx.error("lookup2 keys must be streams of width 1")
+    ra, rb = a.ranges[0], b.ranges[0]
+    entries, fallback = _table2(table2), token_value(default)
+    values = [*entries.values(), fallback]  # keys of unknown or too wide ranges: any entry
+    if ra.integral and ra.finite and rb.integral and rb.finite:
+        lo_a, lo_b = math.ceil(ra.lo), math.ceil(rb.lo)
+        n_a, n_b = math.floor(ra.hi) - lo_a + 1, math.floor(rb.hi) - lo_b + 1
+        if n_a * n_b <= 4096:
+            values = [entries.get((lo_a + i, lo_b + j), fallback) for i in range(n_a)
+                      for j in range(n_b)]
+    return NodeFacts([Interval(min(values), max(values),
+                               all(float(v).is_integer() for v in values))])
+
+
+@facts(digits_to_number)
+def _digits_to_number_facts(ctx: FactsCtx, digits: Any, base: int = 10) -> NodeFacts:
+    parts = []
+    for d in _digit_columns(digits) if isinstance(digits, (list, tuple)) else [digits]:
+        s = as_facts(d, 1) if not isinstance(d, NodeFacts) else d
+        parts += [s.columns([i]) for i in range(s.width)]
+    n = len(parts)
+    form: Lin | None = Lin()
+    rng = Interval.point(0.0)
+    for k, p in enumerate(parts):
+        weight = float(base ** (n - 1 - k))
+        rng = rng + p.ranges[0].scale(weight)
+        form = None if form is None or p.forms is None else form + p.forms[0] * weight
+    return NodeFacts([rng], False, None if form is None else [form])
+
+
+@facts(number_to_digits)
+def _number_to_digits_facts(ctx: FactsCtx, v: NodeFacts, n_digits: int,
+                            base: int = 10) -> NodeFacts:
+    if v.width != 1:
+        raise ctx.error("number_to_digits takes a stream of width 1")
+    r = v.ranges[0]
+    wraps = not r.finite or r.lo < 0 or r.hi >= base ** n_digits  # floor(v) mod base
+    ranges = [Interval(0, min(base - 1, math.floor(r.hi / float(base ** k)))
+                       if k == n_digits - 1 and not wraps else base - 1, True)
+              for k in range(n_digits)]
+    return NodeFacts(ranges[::-1])
+
+
+@facts(equals)
+def _equals_facts(ctx: FactsCtx, v: NodeFacts, target: Any) -> NodeFacts:
+    """0/1; the constant 0 where a column never takes its target value (``_lower_equals``)."""
+    if isinstance(target, (list, tuple)):
+        target = torch.tensor([float(t) for t in target], dtype=torch.float64)
+    for i, (r, t) in enumerate(zip(v.ranges, const_values(target, v.width), strict=True)):
+        g = ctx.grid(v.form(i), r)
+        if g is None:
+            raise ctx.error("tw.equals needs integer-valued (or grid-valued) streams")
+        tq = read_float(t)
+        if (tq - g.offset) % g.spacing != 0 or not r.lo <= t <= r.hi:
+            return NodeFacts.const([0.0], True)
+    return NodeFacts([BOOL], True)
+

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torchwright_fx.ops.relu  # noqa: F401  (registers the library ops)
+import torchwright_fx.ops.swiglu  # noqa: F401
 from torchwright_fx.families.catalog import op_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"

@@ -82,7 +82,12 @@ class SequenceTooLongError(InputError):
 class RangeError(ValueError):
     """A construction needs a finite value range that the program does not provide, or a
     range it cannot meet (``ops/ffn``, ``ops/ties.py``); lowering turns it into a
-    CompileError naming the user's line."""
+    CompileError naming the user's line. ``noisy``: the input's compiled noise is what it
+    cannot meet (lowering then names where the noise comes from)."""
+
+    def __init__(self, message: str, noisy: bool = False):
+        super().__init__(message)
+        self.noisy = noisy
 
 
 class NotExact(RangeError):

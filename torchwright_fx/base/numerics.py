@@ -212,6 +212,8 @@ LOBE_SPAN = 2.0 * math.pi / 3.0
 # The margin search tries this many lengths below a failing one, one by one (each fails fast).
 SCAN_LENGTHS = 64
 FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32 (round to nearest)
+# every whole number of magnitude below this is an fp32 value (24 significant bits)
+FP32_EXACT_INTEGERS = 2.0 ** 24
 # Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the
 # fallback then trails a valid key by C/2 = AMPLITUDE_HEADROOM * ATTENTION_MARGIN.
 MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN
@@ -271,3 +273,6 @@ SNAP_LIMIT = 2.0 ** 22 - 1
 # How far x's terms may stray from integers in all: half the distance at which rounding to the
 # nearest integer would pick the wrong one.
 SNAP_NOISE = 0.25
+# The output code's noise must stay below half a step for its token to be certain at all
+# (decode.margin then certifies the logits); a noisier whole-number code is snapped first.
+OUTPUT_NOISE_LIMIT = 0.5

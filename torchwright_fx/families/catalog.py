@@ -26,10 +26,8 @@ def _kind(spec: OpSpec) -> str:
 
 def op_table() -> str:
     """One markdown row per family file: its torch functions, Tensor methods, Python operators
-    and ``tw.*`` intrinsics (library ops of ``ops.swiglu`` / ``ops.relu`` once per name)."""
-    import torchwright_fx.ops.relu  # noqa: F401  (registers the library ops)
-    import torchwright_fx.ops.swiglu  # noqa: F401
-
+    and ``tw.*`` intrinsics (library ops of ``ops.swiglu`` / ``ops.relu`` once per name, once
+    those modules are imported: ``scripts/op_table.py`` imports them)."""
     rows: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for spec in OPS.values():
         if spec.lower is None:

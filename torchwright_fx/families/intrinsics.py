@@ -33,6 +33,7 @@ from torchwright_fx.ir.graph import Check
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, EXACT, Interval
 from torchwright_fx.lower.context import LowerCtx
+from torchwright_fx.lower.rules import exact_within
 from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, ffn
 
@@ -132,7 +133,7 @@ def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream
     if when.width != 1 or not when.ranges[0].is_bool:
         raise ctx.error("latch's `when` must be a 0/1 stream of width 1",
                         "build it from tw.is_token, comparisons, & | ~")
-    _need_gate(ctx, when.ranges[0], "the latch condition")
+    when = _need_gate(ctx, when, "the latch condition")
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
     ranges = _moved(ctx, v.ranges)
@@ -163,7 +164,7 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
         raise ctx.error(f"emit's trigger must be a 0/1 stream of width 1, got {got}",
                         "build it from tw.is_token, comparisons and & | ~; a value you know is "
                         "always 0 or 1 can be declared with tw.claim(v, 0, 1, integral=True)")
-    _need_gate(ctx, trigger.ranges[0], "emit's trigger")
+    trigger = _need_gate(ctx, trigger, "emit's trigger")
     fallback = token_value(default)
     items = [to_stream(token_value(s) if isinstance(s, str) else s, 1) for s in seq]
     flags = [trigger.cols[0]]
@@ -185,11 +186,18 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
     return Stream(ctx.finish(bank, [rng]), [rng])
 
 
-def _need_gate(ctx: LowerCtx, r: Interval, what: str) -> None:
-    """A 0/1 value that steers a gate or an attention head must be (nearly) exact."""
+def _need_gate(ctx: LowerCtx, x: Stream, what: str) -> Stream:
+    """A 0/1 value that steers a gate or an attention head must be (nearly) exact: a noisy
+    one is snapped onto 0/1 (one MLP sublayer: a comparison, & | ~ of comparisons, a claimed
+    0/1 value all hold 0 or 1 exactly in the reference); refused only when that cannot be
+    certified."""
+    x = exact_within(ctx, x, numerics.GATE_NOISE)
+    r = x.ranges[0]
     if r.noise > numerics.GATE_NOISE:
-        raise ctx.error(f"{what} may be off 0/1 by {r.noise:.3g} in the compiled model",
-                        "make it an exact 0/1 value with a comparison (v > 0.5)")
+        raise ctx.error(f"{what} may be off 0/1 by {r.noise:.3g} in the compiled model, and "
+                        "it cannot be snapped onto 0/1 (the reference does not hold it exactly)",
+                        "build it from comparisons (v > 0.5) of exact values and & | ~")
+    return x
 
 
 @intrinsic(_lower_emit)
@@ -233,8 +241,12 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
             raise ctx.error(f"tw.claim(..., integral=True) over [{new_lo:g}, {new_hi:g}] (the "
                             "claimed range met with what is known of the value) holds no "
                             "whole number", "fix the claimed range or the arithmetic before it")
-        out.append(Interval.of(new_lo, new_hi, lat, r.noise,
-                               EXACT if integral else r.rounding))  # the reference snaps
+        claimed = Interval.of(new_lo, new_hi, lat, r.noise,
+                              EXACT if integral else r.rounding)  # the reference snaps
+        if not integral:  # a range-only claim keeps every other fact (fractions, near-whole)
+            claimed = dataclasses.replace(claimed, max_den=r.max_den, den_group=r.den_group,
+                                          near_integral=r.near_integral)
+        out.append(claimed)
     return Stream(v.cols, out, v.is_bool or all(r.is_bool for r in out))
 
 

@@ -24,6 +24,7 @@ from torchwright_fx.lower.rules import (
     _last_dim,
     _scale,
     _streams,
+    on_exact_inputs,
     pwl_stream,
     read_noise,
     user_errors,
@@ -59,16 +60,21 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
         scales = [max(p.magnitude, q.magnitude) for p, q in
                   zip(to_stream(a, w).ranges, y.ranges, strict=True)]
         ts = [0.0] * w
-    fs = []
-    with user_errors(ctx):
-        for c, r, t, scale in zip(x.cols, x.ranges, ts, scales, strict=True):
-            values = value_set(ctx, c, r)
-            refuse_ties(r, values, [read_float(t)], "this comparison", scale)
-            refuse_unheld_constant(t, r, values, "this comparison")
-            fs.append(_compare_pwl(op, t, values))
-            ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
-            ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)
-    return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
+
+    def steps(x: Stream) -> Stream:
+        fs = []
+        with user_errors(ctx):
+            for c, r, t, scale in zip(x.cols, x.ranges, ts, scales, strict=True):
+                values = value_set(ctx, c, r)
+                refuse_ties(r, values, [read_float(t)], "this comparison", scale)
+                refuse_unheld_constant(t, r, values, "this comparison")
+                fs.append(_compare_pwl(op, t, values))
+                ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)
+                ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)
+        return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
+
+    # refused on a noisy input the reference holds on its lattice: the input is snapped first
+    return on_exact_inputs(ctx, x, steps)
 
 
 COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "

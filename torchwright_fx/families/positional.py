@@ -82,7 +82,7 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
         return Lin.constant(1.0)
     if where.width != 1 or not where.ranges[0].is_bool:
         raise ctx.error("`where` must be a 0/1 stream of width 1")
-    _need_gate(ctx, where.ranges[0], "`where`")
+    where = _need_gate(ctx, where, "`where`")
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - _where_at_bos(ctx, arg_index)))
 
 
@@ -140,10 +140,17 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                         "counts) or round it first (torch.round)")
     n = ctx.geom.max_seq_len
     margin = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
-    if rng.noise > 1 / (8 * n):  # gain * noise stays within a sixteenth of the headroom
+    # gain * noise stays within a sixteenth of the headroom: a noisier whole-number score is
+    # snapped onto its integers first
+    score = rules.exact_within(ctx, score, 1 / (8 * n))
+    rng = score.ranges[0]
+    if rng.noise > 1 / (8 * n):
         raise ctx.error(f"argmax/argmin's score may be off by {rng.noise:.3g} in the compiled "
                         f"model, more than the 1/(8 max_seq_len) = {1 / (8 * n):.3g} its "
-                        "attention margin allows", "round the score first (torch.round)")
+                        "attention margin allows, and too far from its integers to snap "
+                        f"onto them{rules.noise_origin(ctx, 0)}",
+                        "scale or restructure the score so that it is computed from exact "
+                        "whole numbers (counts, tw.lookup results) before tw.argmax")
     tie = margin  # per position step: the most recent tied position wins
     gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
     span = rng.hi - rng.lo

@@ -18,7 +18,6 @@ from torchwright_fx.analysis.facts import (
     const_values,
     scaled,
 )
-from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.numerics import NOISE_TOLERANCE
 from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.families.logic import COMPARE_ADVICE
@@ -35,8 +34,8 @@ from torchwright_fx.lower.rules import (
     _divided,
     _scale,
     grid,
+    on_exact_inputs,
     pwl_stream,
-    snapped,
     user_errors,
     value_set,
 )
@@ -63,25 +62,10 @@ def rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
 def _on_exact_inputs(ctx: LowerCtx, x: Stream, compute: Callable[[Stream], Stream]) -> Stream:
     """``compute(x)``, unless a noisy input on a lattice (a decoded position or count, far
     along a long context) leaves its result too noisy for the exact steps after it, or gets
-    it refused: then the inputs are rounded onto their lattices first (``table.snapped``, one
-    or two MLP sublayers) and ``compute`` runs on exact values."""
-    try:
-        out: Stream | None = compute(x)
-        error: CompileError | None = None
-    except CompileError as e:
-        out, error = None, e
-    if out is not None and all(r.noise <= float(NOISE_TOLERANCE) for r in out.ranges):
-        return out
-    exact = [snapped(ctx, c, r) if r.noise > 0 else None
-             for c, r in zip(x.cols, x.ranges, strict=True)]
-    if not any(exact):
-        if out is None:
-            assert error is not None
-            raise error
-        return out
-    cols = [e[0] if e else c for e, c in zip(exact, x.cols, strict=True)]
-    ranges = [e[1] if e else r for e, r in zip(exact, x.ranges, strict=True)]
-    return compute(Stream(cols, ranges, x.is_bool))
+    it refused: then the inputs are rounded onto their lattices first (``rules.snapped``, one
+    or two MLP sublayers) and ``compute`` runs on exact values. The steps refuse the ties a
+    reference off its lattice could break (``refuse_ties``), so any lattice input may snap."""
+    return on_exact_inputs(ctx, x, compute, float(NOISE_TOLERANCE), reference_checked=True)
 
 
 def _rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:

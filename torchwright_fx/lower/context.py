@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from torchwright_fx.analysis.facts import NodeFacts
 from torchwright_fx.base.errors import CompileError, node_error, node_source
 from torchwright_fx.capture.propagate import NodeShape, shape
 from torchwright_fx.ir.graph import Program
@@ -28,6 +29,8 @@ class LowerCtx:
     tokens: Stream = field(default_factory=lambda: Stream([], []))  # the token stream's one-hot
     # a requested approximation's error bound, set by the rule (tw.piecewise of an expression)
     error_bound: float | None = None
+    # the node's facts from the analysis (analysis/facts.py): its semantic Interval per column
+    facts: NodeFacts | None = None
 
     @property
     def name(self) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from torchwright_fx.analysis.facts import NodeFacts, analyse
+from torchwright_fx.base import numerics
 from torchwright_fx.base.errors import (
     CompileError,
     GeometryError,
@@ -26,6 +28,7 @@ from torchwright_fx.ir.graph import NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable
+from torchwright_fx.lower.rules import exact_within, noise_origin
 from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops import decode, ffn
 from torchwright_fx.ops.attention import Geometry
@@ -93,8 +96,10 @@ class Lowering(torch.fx.Interpreter):
     constants only runs eagerly (folded), a call on streams runs its op's lowering rule."""
 
     def __init__(self, gm: torch.fx.GraphModule, prog: Program, geom: Geometry, vocab: Vocab,
-                 exact: bool = True, code_output: bool = True):
+                 exact: bool = True, code_output: bool = True,
+                 facts: dict[str, NodeFacts] | None = None):
         super().__init__(gm, garbage_collect_values=False)
+        self.facts = {} if facts is None else facts  # the analysis' facts, per node (ctx.facts)
         self.extra_traceback = False  # errors name the user's line themselves
         self.prog, self.geom, self.vocab = prog, geom, vocab
         self.exact, self.code_output = exact, code_output
@@ -141,7 +146,8 @@ class Lowering(torch.fx.Interpreter):
             raise node_error(node, f"no lowering for {name}", HINTS.get(
                 name.split(".")[-1], "see docs/ops.md for the supported torch ops and tw "
                                      "intrinsics"))
-        self.ctx = LowerCtx(self.prog, self.geom, self.vocab, node, self.tokens)
+        self.ctx = LowerCtx(self.prog, self.geom, self.vocab, node, self.tokens,
+                            facts=self.facts.get(node.name))
         try:
             return spec.lower(self.ctx, *args, **kwargs)
         except GeometryError as e:  # a head that d_head / max_seq_len cannot host
@@ -149,7 +155,8 @@ class Lowering(torch.fx.Interpreter):
         except (CompileError, AssertionError):
             raise
         except ffn.RangeError as e:  # our own obligations: the message says what to do
-            raise node_error(node, str(e)) from None
+            origin = noise_origin(self.ctx, node) if e.noisy else ""
+            raise node_error(node, str(e) + origin) from None
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise node_error(node, f"{type(e).__name__}: {e}") from None
 
@@ -164,21 +171,34 @@ class Lowering(torch.fx.Interpreter):
         prog.output, prog.output_range = value.cols[0], value.ranges[0]
         if not self.code_output:
             return value
+        rctx = LowerCtx(prog, self.geom, self.vocab, result, self.tokens) \
+            if isinstance(result, torch.fx.Node) else None
+        r = value.ranges[0]
+        if rctx is not None and r.integral and r.noise > 0 and (
+                r.noise >= numerics.OUTPUT_NOISE_LIMIT or decode.margin(prog, *value.cols,
+                                                                         r) <= 0):
+            # a whole-number code too noisy to decode: snapped onto its integers (one MLP
+            # sublayer) where the reference holds it there, instead of a refusal
+            value = exact_within(rctx, value, 0.0)
+            prog.output, prog.output_range = value.cols[0], value.ranges[0]
+        origin = "" if rctx is None else noise_origin(rctx, result)
         try:
-            certify_output(prog)
+            certify_output(prog, origin=origin)
         except CompileError as e:
             raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
-        if isinstance(result, torch.fx.Node):
-            value = decodable(LowerCtx(prog, self.geom, self.vocab, result, self.tokens), value)
+        if rctx is not None:
+            value = decodable(rctx, value)
             prog.output, prog.output_range = value.cols[0], value.ranges[0]
         if decode.margin(prog, prog.output, prog.output_range) <= 0:
             lo, hi = decode.reachable_codes(prog)
+            noisy = prog.output_range.noise > 0
             raise CompileError(
                 f"{src}\n  the output codes span {lo}..{hi} of a {len(self.vocab)}-token "
                 f"vocabulary and fp32 cannot certify the choice between neighbouring tokens "
-                f"(the code may be off by {prog.output_range.noise:.3g}); reduce the noise "
-                "reaching the output (round it with torch.round first) or use a smaller "
-                "vocabulary")
+                f"(the code may be off by {prog.output_range.noise:.3g}{origin})" + (
+                    "; compute the code from exact values (tw.lookup results, counts) so "
+                    "that it can be snapped, or use a smaller vocabulary" if noisy else
+                    "; use a smaller vocabulary"))
         return value
 
 
@@ -188,4 +208,5 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line."""
     prog = Program(vocab, choose_machine(gm, machine))
-    return Lowering(gm, prog, geom, vocab, exact, code_output).lower()
+    facts = analyse(gm, vocab, geom.max_seq_len)
+    return Lowering(gm, prog, geom, vocab, exact, code_output, facts).lower()

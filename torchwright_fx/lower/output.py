@@ -11,8 +11,9 @@ from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops import decode, ffn
 
 
-def certify_output(prog: Program, source: str = "") -> Interval:
-    """Refuse an output that is not provably a whole token code at every position."""
+def certify_output(prog: Program, source: str = "", origin: str = "") -> Interval:
+    """Refuse an output that is not provably a whole token code at every position
+    (``origin``: where its noise comes from, ``rules.noise_origin``)."""
     r = prog.output_range
     where = f"{source}\n  " if source else ""
     if not r.integral or not r.finite:
@@ -23,13 +24,15 @@ def certify_output(prog: Program, source: str = "") -> Interval:
             "map the result to codes with tw.lookup(v, {value: token}), tw.token(...) plus a "
             "whole number, or torch.round over a declared range, and return it (usually "
             "through tw.emit)")
-    if r.noise >= 0.5:
+    if r.noise >= numerics.OUTPUT_NOISE_LIMIT:
         raise CompileError(
-            f"{where}the output code may be off by {r.noise:.3g} in the compiled model (the "
-            "noise of a mean, a position or an approximate table reaching the output, or fp32 "
-            "rounding where a large multiple of a table's result is read), so the token is not "
-            "certain; round the value (torch.round) before returning it, or copy a table's "
-            "result with torch.where(flag, v, 0) before scaling it up")
+            f"{where}the output code may be off by {r.noise:.3g} in the compiled model"
+            f"{origin or ' (noise of a mean, a position or an approximate table)'}"
+            ", more than a quarter of a step, so it cannot be snapped onto whole codes and the "
+            "token is not certain; compute the value from exact whole numbers before the noisy "
+            "op scales it up (counts from tw.selector_width or tw.mean of 0/1 values times "
+            "their count, tw.lookup results; copy a table's result with torch.where(flag, v, 0) "
+            "before scaling it up), or lower max_seq_len")
     return r
 
 

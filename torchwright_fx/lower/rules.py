@@ -6,13 +6,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
-from torchwright_fx.base.numerics import SNAP_NOISE
+import torch.fx
+
+from torchwright_fx.base.errors import CompileError, op_name
+from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS, SNAP_NOISE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
+    EXACT,
+    ONCE,
     Interval,
     lattice_scale,
     lattice_sum,
@@ -35,7 +40,7 @@ def user_errors(ctx: LowerCtx) -> Iterator[None]:
     try:
         yield
     except ffn.RangeError as e:
-        raise ctx.error(str(e)) from None
+        raise ctx.error(str(e) + (noise_origin(ctx, ctx.node) if e.noisy else "")) from None
 
 
 def grid(ctx: LowerCtx, x: Lin, rng: Interval) -> Grid | None:
@@ -75,6 +80,96 @@ def snapped(ctx: LowerCtx, x: Lin, rng: Interval) -> tuple[Lin, Interval] | None
                          ctx.source)
     exact = dataclasses.replace(rng, noise=0.0)
     return (col * spacing + offset if g.spacing != 1 or g.offset else col), exact
+
+
+def reference_on_lattice(rng: Interval) -> bool:
+    """Whether the fp32 reference holds the value exactly on its lattice (so a compiled value
+    snapped onto that lattice is the reference's value): no rounding, or one rounding of a
+    whole number fp32 holds exactly."""
+    if rng.rounding == EXACT:
+        return True
+    return (rng.rounding == ONCE and rng.integral and rng.finite
+            and rng.magnitude < FP32_EXACT_INTEGERS)
+
+
+def exact_within(ctx: LowerCtx, x: Stream, tolerance: float,
+                 reference_checked: bool = False) -> Stream:
+    """``x`` with every column whose noise is over ``tolerance`` snapped onto its lattice
+    (``snapped``: one MLP sublayer) where the reference holds it there; the other columns as
+    they are (the caller refuses what is still too noisy). This is how a consumer that needs an
+    exact value (a gate, a score, a step) gets one without asking the user for a no-op.
+    ``reference_checked``: the caller refuses values the reference may hold off the lattice
+    itself (the rounding ops' ties), so any noisy lattice value may be snapped."""
+    cols, ranges = list(x.cols), list(x.ranges)
+    for i, (c, r) in enumerate(zip(x.cols, x.ranges, strict=True)):
+        if r.noise <= tolerance or not (reference_checked or reference_on_lattice(r)):
+            continue
+        exact = snapped(ctx, c, r)
+        if exact is not None:
+            cols[i], ranges[i] = exact
+    return Stream(cols, ranges, x.is_bool)
+
+
+def on_exact_inputs(ctx: LowerCtx, x: Stream, compute: Callable[[Stream], Stream],
+                    noise_limit: float | None = None, reference_checked: bool = False
+                    ) -> Stream:
+    """``compute(x)``, unless it is refused (or, with ``noise_limit``, leaves a column noisier
+    than that) while a noisy input sits on a lattice the reference holds: then those inputs
+    are snapped onto their lattices first (``snapped``) and ``compute`` runs on exact values.
+    A refusal that snapping cannot help is raised as it was."""
+    try:
+        out: Stream | None = compute(x)
+        error: CompileError | None = None
+    except CompileError as e:
+        out, error = None, e
+    if out is not None and (noise_limit is None or
+                            all(r.noise <= noise_limit for r in out.ranges)):
+        return out
+    exact = exact_within(ctx, x, 0.0, reference_checked)
+    if exact.cols == x.cols:  # nothing could be snapped
+        if out is None:
+            assert error is not None
+            raise error
+        return out
+    return compute(exact)
+
+
+def noise_origin(ctx: LowerCtx, arg: int | str | torch.fx.Node, limit: int = 3) -> str:
+    """Where the noise of the node's argument ``arg`` (an index, a keyword, or an fx node)
+    comes from: the ops upstream that added noise (their own noise over their inputs'),
+    largest first, with the user's line: appended to a refusal so that it names the origin."""
+    if isinstance(arg, torch.fx.Node):
+        start: Any = arg  # the node being lowered has no record yet: its inputs are walked
+    elif isinstance(arg, int):
+        start = ctx.node.args[arg] if arg < len(ctx.node.args) else None
+    else:
+        start = ctx.node.kwargs.get(arg)
+    if not isinstance(start, torch.fx.Node):
+        return ""
+    records = ctx.prog.nodes
+
+    def noise(n: torch.fx.Node) -> float:
+        rec = records.get(n.name)
+        return max((r.noise for r in rec.intervals), default=0.0) if rec else 0.0
+
+    seen: set[torch.fx.Node] = set()
+    stack, added = [start], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        inputs = n.all_input_nodes
+        own = noise(n) - max((noise(i) for i in inputs), default=0.0)
+        if own > 0 and n.name in records:
+            added.append((own, n))
+        stack.extend(inputs)
+    if not added:
+        return ""
+    added.sort(key=lambda t: -t[0])
+    parts = [f"{op_name(n)} at {records[n.name].source.split(': ', 1)[0]} (+{own:.3g})"
+             for own, n in added[:limit]]
+    return "; the noise comes from " + ", ".join(parts)
 
 
 def read_noise(ctx: LowerCtx, x: Lin) -> float:

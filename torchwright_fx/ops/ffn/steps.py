@@ -161,7 +161,7 @@ def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
             "table, or fp32 rounding where a large multiple of a table's result is read, "
             "carried through arithmetic); round or compare the noisy part first, copy a table's "
             "result with torch.where(flag, v, 0) before scaling it up, or narrow its range "
-            "with tw.claim")
+            "with tw.claim", noisy=True)
     steps = rng.magnitude / float(grid.spacing)
     if steps > EXACT_LATTICE_STEPS:
         raise RangeError(f"{what} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing "

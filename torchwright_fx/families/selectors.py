@@ -57,6 +57,7 @@ from torchwright_fx.capture.registry import (
     current_vocab,
     facts,
     intrinsic,
+    lowering,
     resolve_callables,
     token_value,
 )
@@ -166,7 +167,7 @@ def _default_value(default: str | float) -> float:
     return token_value(default)
 
 
-@intrinsic(lambda ctx, sel, v, default=0.0: _lower_aggregate(ctx, sel, v, default))
+@intrinsic()  # lowered by _lower_aggregate below
 def aggregate(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0) -> torch.Tensor:
     """The mean of ``v`` over the positions ``sel`` selects (1 <= j <= i); ``default`` where
     none is selected. With one selected position (or equal values) it is that value."""
@@ -177,7 +178,7 @@ def aggregate(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0) ->
     return torch.where(counts > 0, out, torch.full_like(out, _default_value(default)))
 
 
-@intrinsic(lambda ctx, sel, v, default=0.0: _lower_latest(ctx, sel, v, default))
+@intrinsic()  # lowered by _lower_latest below
 def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
                   ) -> torch.Tensor:
     """``v`` at the most recent position ``sel`` selects (1 <= j <= i); ``default`` where none
@@ -190,7 +191,7 @@ def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
     return torch.where((last >= 0)[:, None], out, torch.full_like(out, _default_value(default)))
 
 
-@intrinsic(lambda ctx, sel: _lower_width(ctx, sel))
+@intrinsic()  # lowered by _lower_width below
 def selector_width(sel: torch.Tensor) -> torch.Tensor:
     """The number of positions ``sel`` selects (1 <= j <= i), ``[seq, 1]``."""
     return _causal(sel).sum(dim=1, keepdim=True).to(torch.float32)
@@ -219,7 +220,8 @@ def _const_stream(value: float, width: int) -> Stream:
     return Stream.const([value] * width)
 
 
-def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
+@lowering(aggregate)
+def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream:
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
@@ -290,7 +292,8 @@ def _counted_aggregate(ctx: LowerCtx, sel: Selector, v: Stream, default: float,
     return Stream(cols, ranges)
 
 
-def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any) -> Stream:
+@lowering(select_latest)
+def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream:
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
@@ -327,6 +330,7 @@ def _width_inverse(ctx: LowerCtx, sel: Selector) -> Lin | None:
     return inverse
 
 
+@lowering(selector_width)
 def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     from torchwright_fx.ops.position import decode_count, noise
 

@@ -88,7 +88,9 @@ class Traced:
                 f"<th>width</th><th>facts</th><th>source</th></tr>{cells}</table>")
 
     def compile(self, **options: Any) -> Compiled:
-        return Compiled(self.fn, self.vocab, Options(**options), traced=self)
+        """The program built now (a refusal is raised here), so that it displays as compiled;
+        ``tw.compile(fn)`` is the lazy form."""
+        return Compiled(self.fn, self.vocab, Options(**options), traced=self).compile()
 
     def run(self, ids: Sequence[int]) -> torch.Tensor:
         """The eager reference on token ids: the output code stream ``[T]``."""

@@ -41,9 +41,11 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         "DIR is this directory" + ("" if prompt is not None else
                                    "; PROMPT a prompt of the program's domain") + ".", "",
         "transformers (the generation config stops at `<eos>` or at `max_length` = max_seq_len "
-        "tokens, prompt included, where the certificate ends; a `max_new_tokens` argument "
-        "takes precedence with a warning, and past max_seq_len nothing is certified; prompts "
-        "are characters of the vocabulary, `<bos>` is added by the tokenizer):", "",
+        "tokens, prompt included, where the certificate ends; for fewer, pass a total "
+        "`max_length=` of at most max_seq_len; a `max_new_tokens` argument replaces that cap, "
+        "with transformers' warning, and runs past max_seq_len if asked, where nothing is "
+        "certified; prompts are characters of the vocabulary, `<bos>` is added by the "
+        "tokenizer):", "",
         "```python",
         "from transformers import pipeline",
         "generate = pipeline(\"text-generation\", model=DIR, dtype=\"float32\")",

@@ -89,8 +89,14 @@ def _tokenizer_files(vocab: Vocab, m: Machine, out: Path) -> None:
               "split_special_tokens": True, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     # max_length = max_seq_len: a default generate() or pipeline() call stops where the
-    # certificate ends (prompt plus answer, <bos> included). A caller's max_new_tokens takes
-    # precedence, with transformers' warning that both are set: that caller chose the length.
+    # certificate ends (prompt plus answer, <bos> included) and prints nothing, as does one
+    # passing its own max_length (a total; past max_seq_len not certified). It is transformers'
+    # only cap (5.x): max_position_embeddings only warns, once per process, after a call has
+    # run past it. Without max_length here a default call either warns (the 20-token default)
+    # or, given max_new_tokens instead, runs past max_seq_len on a long prompt. A caller's
+    # max_new_tokens replaces the cap, and transformers warns on every such call that both are
+    # set; only a model that emitted <eos> itself before max_seq_len could make that call quiet
+    # and capped.
     generation = {"bos_token_id": m.bos_id, "eos_token_id": m.eos_id, "pad_token_id": m.eos_id,
                   "do_sample": False, "max_length": m.max_seq_len}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
@@ -147,10 +153,14 @@ class TransformersRunner:
             return self.model(torch.tensor([list(ids)])).logits[0]
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
-        room = self.max_seq_len - len(ids)
+        # a total (max_length), as the directory's generation config has it: a max_new_tokens
+        # argument would make transformers warn that both are set
+        limit = self.max_seq_len if max_new_tokens is None else \
+            min(self.max_seq_len, len(ids) + max_new_tokens)
+        if len(ids) >= limit:
+            return []
         with torch.no_grad():
             out = self.model.generate(torch.tensor([list(ids)]), do_sample=False,
-                                      max_new_tokens=room if max_new_tokens is None
-                                      else min(room, max_new_tokens))
+                                      max_length=limit)
         new = out[0, len(ids):].tolist()
         return new[: new.index(self.eos_id)] if self.eos_id in new else new

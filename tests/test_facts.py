@@ -4,7 +4,7 @@
   value lies in the facts' range and on their lattice (exact rationals where float64 computes
   the op exactly), and the rounding class holds of the fp32 result.
 - The analysis agrees with lowering on every example: the same facts, noise aside.
-- An op without a facts rule, or a rule that fails, gives unknown facts; the analysis goes on.
+- ``Traced.facts()`` shows facts on a program the compiler refuses.
 """
 
 from __future__ import annotations
@@ -390,6 +390,28 @@ def test_analysis_agrees_with_lowering(name: str):
 
 
 # -- facts without lowering -----------------------------------------------------------------------
+def _refused_at_lowering(x: torch.Tensor) -> torch.Tensor:
+    """m * 3 can be exactly 1 (m = 1/3) while fp32 rounds it either side: refused."""
+    m = tw.mean(tw.is_token(x, "a"))
+    flag = (m * 3 > 1).float()
+    return tw.emit(tw.is_token(x, "\n"),
+                   [torch.where(flag.bool(), tw.token("a"), tw.token("b"))])
+
+
+def test_traced_facts_of_a_program_refused_at_lowering():
+    with pytest.raises(tw.CompileError, match="not exact"):
+        tw.compile(_refused_at_lowering, vocab=V).compile()
+    facts = tw.trace(_refused_at_lowering, vocab=V).facts()
+    (mean,) = facts["mean"]
+    n = pipeline.Options().max_seq_len  # Traced.facts() reads the default max_seq_len
+    assert (mean.lo, mean.hi, mean.max_den, mean.rounding) == (0.0, 1.0, n, ONCE)
+    (scaled,) = facts["mul"]
+    assert (scaled.lo, scaled.hi) == (0.0, 3.0) and scaled.lattice is None
+    assert facts["gt"] == [BOOL]
+    (out,) = facts["output"]
+    assert (out.lo, out.hi, out.integral) == (1.0, 4.0, True)
+
+
 def test_an_op_without_a_rule_or_a_failing_rule_gives_unknown_facts():
     def prog(x: torch.Tensor) -> torch.Tensor:
         c = tw.code(x)

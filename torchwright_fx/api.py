@@ -15,11 +15,11 @@ import torch
 import torch.fx
 
 from torchwright_fx import pipeline
+from torchwright_fx.analysis.facts import analyse
 from torchwright_fx.backends import card, circuit, hf, runtime
 from torchwright_fx.base.errors import (
     CompileError,
     InputError,
-    TorchwrightError,
     node_source,
     op_name,
 )
@@ -52,14 +52,15 @@ class Traced:
         return self.graph_module.graph
 
     def facts(self) -> dict[str, list[Interval]]:
-        """Per fx node, the facts the compiler derives for each column (value range, lattice,
-        how the reference rounds it, compiled noise) with the default options; empty when the
-        default compile refuses the program (the error says why)."""
+        """Per fx node, the facts of each column (value range, lattice, fractions, how the
+        fp32 reference rounds it) from the facts analysis (``analysis/facts.py``) at the default
+        ``max_seq_len``: no lowering, so cheap, and shown also for a program the compiler
+        refuses; an op with no facts rule (or one that fails) shows unbounded facts. Facts are
+        semantic (noise 0): the compiled model's noise is lowering's
+        (``Compiled.build.program.nodes``)."""
         if self._facts is None:
-            try:
-                self._facts = pipeline.lower_facts(self.graph_module, self.vocab, Options())
-            except TorchwrightError:
-                self._facts = {}
+            found = analyse(self.graph_module, self.vocab, Options().max_seq_len)
+            self._facts = {name: found_facts.intervals for name, found_facts in found.items()}
         return self._facts
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:

@@ -1509,7 +1509,7 @@ class Result:
     seconds: float = 0.0
 
 
-def _streams(c: Case, rng: random.Random, quick: bool) -> list[str]:
+def streams_of(c: Case, rng: random.Random, quick: bool) -> list[str]:
     alpha = c.alphabet or c.chars
     L = c.max_len - 1  # characters that fit with <bos>
     out: list[str] = []
@@ -1558,7 +1558,7 @@ def check(c: Case, quick: bool = False, hf: bool = True, log=print) -> Result:
     r = Result(c.name)
     v = c.vocab
     rng = random.Random(zlib.crc32(c.name.encode()))  # the same streams in every run
-    streams = _streams(c, rng, quick)
+    streams = streams_of(c, rng, quick)
     opts = {"max_seq_len": c.max_len, "d_head": c.d_head, "progress": False}
     if c.machine:
         opts["machine"] = c.machine

@@ -50,9 +50,9 @@ class NodeFacts:
     """The facts of a stream: one ``Interval`` per column (noise 0), whether torch holds it as
     a bool tensor, the columns' affine forms over atoms, and, for unknown facts, why."""
 
-    ranges: tuple[Interval, ...]
+    ranges: Sequence[Interval]  # held as a tuple
     is_bool: bool = False
-    forms: tuple[Lin, ...] | None = None
+    forms: Sequence[Lin] | None = None  # held as a tuple
     unknown: str = ""
 
     def __post_init__(self) -> None:
@@ -90,8 +90,8 @@ class NodeFacts:
             return self
         if self.width != 1:
             raise ValueError(f"cannot broadcast a stream of width {self.width} to {width}")
-        return NodeFacts(self.ranges * width, self.is_bool,
-                         None if self.forms is None else self.forms * width)
+        return NodeFacts(tuple(self.ranges) * width, self.is_bool,
+                         None if self.forms is None else tuple(self.forms) * width)
 
     def columns(self, picked: Sequence[int]) -> NodeFacts:
         return NodeFacts([self.ranges[i] for i in picked], self.is_bool,
@@ -129,14 +129,14 @@ def as_facts(value: object, width: int) -> NodeFacts:
 
 
 def scaled(x: NodeFacts, ks: Sequence[float]) -> NodeFacts:
-    """x * k per column, k constants (lower.rules._scale)."""
+    """x * k per column, k constants (lower.rules.scaled_stream)."""
     return NodeFacts([r.scale(k) for r, k in zip(x.ranges, ks, strict=True)], False,
                      None if x.forms is None else [c * k for c, k in zip(x.forms, ks,
                                                                        strict=True)])
 
 
 def divided(x: NodeFacts, ks: Sequence[float]) -> NodeFacts:
-    """x / k per column, one correctly rounded division (lower.rules._divided)."""
+    """x / k per column, one correctly rounded division (lower.rules.divided_stream)."""
     return NodeFacts([r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool,
                      None if x.forms is None else [c.divided(k) for c, k in zip(x.forms, ks,
                                                                               strict=True)])

@@ -31,9 +31,9 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
-    _divided,
-    _scale,
-    _streams,
+    divided_stream,
+    scaled_stream,
+    streams_of,
     grid,
     pwl_stream,
     read_noise,
@@ -49,8 +49,8 @@ def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
     w = ctx.out_width
     if is_const(b) or is_const(a):
         stream, k = (a, b) if is_const(b) else (b, a)
-        return _scale(to_stream(stream, w), const_vector(k, w))
-    x, y = _streams(ctx, a, b)
+        return scaled_stream(to_stream(stream, w), const_vector(k, w))
+    x, y = streams_of(ctx, a, b)
     return product(ctx, x, y, step)
 
 
@@ -191,11 +191,11 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
 def _div(ctx: LowerCtx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Stream:
     w = ctx.out_width
     if is_const(b):
-        quotient = _divided(to_stream(a, w), const_vector(b, w))
+        quotient = divided_stream(to_stream(a, w), const_vector(b, w))
     elif is_const(a):  # c / x
-        quotient = _scale(reciprocal(ctx, to_stream(b, w)), const_vector(a, w))
+        quotient = scaled_stream(reciprocal(ctx, to_stream(b, w)), const_vector(a, w))
     else:
-        x, y = _streams(ctx, a, b)
+        x, y = streams_of(ctx, a, b)
         quotient = product(ctx, x, reciprocal(ctx, y))
     if rounding_mode is None:
         return quotient

@@ -61,7 +61,7 @@ def count(ctx: LowerCtx, key: Lin, at_bos: float, label: str) -> tuple[Lin, Lin]
     k = [Lin() for _ in range(geom.d_head)]
     q[geom.rotary] = Lin.constant(WIDTH_GAIN)
     k[geom.rotary] = key + bos * (1.0 - at_bos)  # <bos> ties with the counted rows
-    (inverse,) = attention._heads(prog, geom, q, k, [bos], [Interval(0.0, 1.0)],
+    (inverse,) = attention.heads(prog, geom, q, k, [bos], [Interval(0.0, 1.0)],
                                   f"{ctx.name}.{label}", ctx.source)
     return exact_count(ctx, inverse, label) + at_bos, inverse
 

@@ -38,7 +38,7 @@ from torchwright_fx.lower.stream import Stream, to_stream
 from torchwright_fx.ops import attention, ffn
 
 
-def _col(v: torch.Tensor) -> torch.Tensor:
+def as_column(v: torch.Tensor) -> torch.Tensor:
     return v if v.dim() == 2 else v.reshape(v.shape[0], -1)
 
 
@@ -79,7 +79,7 @@ def code(x: torch.Tensor) -> torch.Tensor:
 
 
 # -- attention intrinsics ----------------------------------------------------------------------
-def _moved(ctx: LowerCtx, ranges: list[Interval]) -> list[Interval]:
+def moved_ranges_of(ctx: LowerCtx, ranges: list[Interval]) -> list[Interval]:
     """The facts of values an attention head moves from another position: the same, except
     that a mean's denominator is the count at *that* position, so it no longer shares one
     with the means of this position (its den_group is the head's own)."""
@@ -87,7 +87,7 @@ def _moved(ctx: LowerCtx, ranges: list[Interval]) -> list[Interval]:
 
 
 def moved_ranges(name: str, ranges: Sequence[Interval]) -> list[Interval]:
-    """``_moved`` for the head of the fx node ``name``."""
+    """``moved_ranges_of`` for the head of the fx node ``name``."""
     return [dataclasses.replace(r, den_group=hash((name, r.den_group)) or 1)
             if r.max_den else r for r in ranges]
 
@@ -97,7 +97,7 @@ def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
         raise ctx.error(f"shift offset must be a constant int >= 0, got {k!r}")
     if k == 0:
         return v
-    ranges = _moved(ctx, v.ranges)
+    ranges = moved_ranges_of(ctx, v.ranges)
     cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
@@ -108,16 +108,16 @@ def shift(v: torch.Tensor, k: int) -> torch.Tensor:
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise ValueError(f"tw.shift(v, k) reads k positions back, so k must be a whole number "
                          f">= 0, got {k!r}: a causal model cannot look ahead")
-    v = _col(v)
+    v = as_column(v)
     idx = (torch.arange(v.shape[0]) - k).clamp(min=0)
     return v[idx]
 
 
 def _lower_latch(ctx: LowerCtx, v: Stream, when: Stream) -> Stream:
-    return _latch(ctx, v, when, _bos_value(ctx, 1, "when"))
+    return latch_stream(ctx, v, when, bos_value(ctx, 1, "when"))
 
 
-def _bos_value(ctx: LowerCtx, arg_index: int, kwarg: str) -> float:
+def bos_value(ctx: LowerCtx, arg_index: int, kwarg: str) -> float:
     """An argument's value at <bos>, known at compile time (a constant argument: itself)."""
     row = ctx.bos_row(arg_index, kwarg)
     if row is not None:
@@ -129,14 +129,14 @@ def _bos_value(ctx: LowerCtx, arg_index: int, kwarg: str) -> float:
     raise ctx.error(f"the value of `{kwarg}` at <bos> is unknown")
 
 
-def _latch(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream:
+def latch_stream(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> Stream:
     if when.width != 1 or not when.ranges[0].is_bool:
         raise ctx.error("latch's `when` must be a 0/1 stream of width 1",
                         "build it from tw.is_token, comparisons, & | ~")
-    when = _need_gate(ctx, when, "the latch condition")
+    when = exact_gate(ctx, when, "the latch condition")
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
-    ranges = _moved(ctx, v.ranges)
+    ranges = moved_ranges_of(ctx, v.ranges)
     cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
@@ -149,7 +149,7 @@ def _onehot(ctx: LowerCtx) -> Stream:
 def latch(v: torch.Tensor, when: torch.Tensor) -> torch.Tensor:
     """``v`` at the most recent position j <= i where ``when`` is 1; the BOS row counts as
     such a position, so before the first ``when`` the result is ``v`` at BOS."""
-    v, w = _col(v), _col(when)[:, 0]
+    v, w = as_column(v), as_column(when)[:, 0]
     marks = torch.where(w > 0.5, torch.arange(len(w)), torch.zeros_like(w, dtype=torch.long))
     return v[torch.cummax(marks, dim=0).values]
 
@@ -164,7 +164,7 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
         raise ctx.error(f"emit's trigger must be a 0/1 stream of width 1, got {got}",
                         "build it from tw.is_token, comparisons and & | ~; a value you know is "
                         "always 0 or 1 can be declared with tw.claim(v, 0, 1, integral=True)")
-    trigger = _need_gate(ctx, trigger, "emit's trigger")
+    trigger = exact_gate(ctx, trigger, "emit's trigger")
     fallback = token_value(default)
     items = [to_stream(token_value(s) if isinstance(s, str) else s, 1) for s in seq]
     flags = [trigger.cols[0]]
@@ -186,7 +186,7 @@ def _lower_emit(ctx: LowerCtx, trigger: Stream, seq: Sequence[Any],
     return Stream(ctx.finish(bank, [rng]), [rng])
 
 
-def _need_gate(ctx: LowerCtx, x: Stream, what: str) -> Stream:
+def exact_gate(ctx: LowerCtx, x: Stream, what: str) -> Stream:
     """A 0/1 value that steers a gate or an attention head must be (nearly) exact: a noisy
     one is snapped onto 0/1 (one MLP sublayer: a comparison, & | ~ of comparisons, a claimed
     0/1 value all hold 0 or 1 exactly in the reference); refused only when that cannot be
@@ -205,11 +205,11 @@ def emit(trigger: torch.Tensor, seq: Sequence[Any], default: str | float = "<eos
     """The output stream: ``seq[k]`` at position t + k after the most recent trigger t (for k <
     len(seq)), ``default`` elsewhere. Items are code streams ``[seq, 1]``, numbers or token
     names; the value at position i is the code of the token the model predicts next."""
-    trig = _col(trigger)[:, 0]
+    trig = as_column(trigger)[:, 0]
     n = trig.shape[0]
     fallback = token_value(default)
     items = [torch.full((n,), token_value(s)) if isinstance(s, (str, int, float))
-             else _col(s)[:, 0] for s in seq]
+             else as_column(s)[:, 0] for s in seq]
     out = torch.full((n,), fallback)
     last = -1
     for i in range(n):

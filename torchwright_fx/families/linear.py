@@ -21,29 +21,29 @@ from torchwright_fx.ir.ranges import (
 )
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
-    _last_dim,
-    _scale,
-    _streams,
+    last_dim_only,
+    scaled_stream,
+    streams_of,
 )
 from torchwright_fx.lower.stream import Stream, to_stream
 
 
 # -- linear ------------------------------------------------------------------------------------
 @lowering(operator.add, torch.add, methods=("add", "__add__", "__radd__"))
-def _add(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
-    x, y = _streams(ctx, a, b)
+def add_streams(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
+    x, y = streams_of(ctx, a, b)
     if x.is_bool and y.is_bool:
         raise ctx.error("adding two bool tensors is a logical or in torch",
                         "write a | b, or convert with .float() first")
     if alpha != 1.0:
-        y = _scale(y, [float(alpha)] * y.width)
+        y = scaled_stream(y, [float(alpha)] * y.width)
     return Stream([p + q for p, q in zip(x.cols, y.cols, strict=True)],
                   [r + s for r, s in zip(x.ranges, y.ranges, strict=True)])
 
 
 @lowering(operator.sub, torch.sub, methods=("sub", "__sub__"))
 def _sub(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
-    return _add(ctx, a, _scale(to_stream(b, ctx.out_width), [-float(alpha)] * ctx.out_width))
+    return add_streams(ctx, a, scaled_stream(to_stream(b, ctx.out_width), [-float(alpha)] * ctx.out_width))
 
 
 @lowering(torch.rsub, methods=("__rsub__",))
@@ -53,7 +53,7 @@ def _rsub(ctx: LowerCtx, a: Any, b: Any) -> Stream:
 
 @lowering(operator.neg, torch.neg, methods=("neg", "__neg__"))
 def _neg(ctx: LowerCtx, a: Any) -> Stream:
-    return _scale(to_stream(a, ctx.out_width), [-1.0] * ctx.out_width)
+    return scaled_stream(to_stream(a, ctx.out_width), [-1.0] * ctx.out_width)
 
 
 @lowering(operator.pos)
@@ -142,7 +142,7 @@ def _apply_matrix(x: Stream, w: torch.Tensor, bias: torch.Tensor | None) -> Stre
 
 @lowering(torch.sum, methods=("sum",))
 def _sum(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False, **_: Any) -> Stream:
-    _last_dim(ctx, dim, "sum")
+    last_dim_only(ctx, dim, "sum")
     x = v if isinstance(v, Stream) else to_stream(v, 1)
     total = Lin()
     rng = Interval.point(0.0)
@@ -285,7 +285,7 @@ def _linear_facts(ctx: FactsCtx, x: Any, weight: Any, bias: Any = None) -> NodeF
 
 
 def last_dim_facts(ctx: FactsCtx, dim: Any, what: str) -> None:
-    """A reduction's dim must be the last (``rules._last_dim``)."""
+    """A reduction's dim must be the last (``rules.last_dim_only``)."""
     if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
         raise ctx.error(f"{what} over positions (or all dims)")
 

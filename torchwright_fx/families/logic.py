@@ -9,7 +9,7 @@ import torch
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
 from torchwright_fx.capture.registry import Rule, facts, lowering
-from torchwright_fx.families.linear import _add, last_dim_facts
+from torchwright_fx.families.linear import add_streams, last_dim_facts
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     BOOL,
@@ -21,9 +21,9 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
-    _last_dim,
-    _scale,
-    _streams,
+    last_dim_only,
+    scaled_stream,
+    streams_of,
     on_exact_inputs,
     pwl_stream,
     read_noise,
@@ -45,10 +45,10 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     if is_const(b):
         x, ts = to_stream(a, w), const_vector(b, w)
     elif is_const(a):
-        x, ts = _scale(to_stream(b, w), [-1.0] * w), [-t for t in const_vector(a, w)]
+        x, ts = scaled_stream(to_stream(b, w), [-1.0] * w), [-t for t in const_vector(a, w)]
     else:
         y = to_stream(b, w)
-        x = _add(ctx, a, _scale(y, [-1.0] * w))
+        x = add_streams(ctx, a, scaled_stream(y, [-1.0] * w))
         # the reference compares a with b, never forms a - b: rounding is monotone, so it
         # agrees with the exact comparison unless a side reached inexactly crosses the other,
         # or two values rounded once land on the same fp32 number (a != b, fl(a) == fl(b));
@@ -114,7 +114,7 @@ lowering(torch.not_equal, methods=("not_equal",))(_comparison("ne"))
 
 
 def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
-    out = _streams(ctx, *values)
+    out = streams_of(ctx, *values)
     for s in out:
         if not all(r.is_bool for r in s.ranges):
             raise ctx.error("logical ops need 0/1 streams",
@@ -122,7 +122,7 @@ def _bools(ctx: LowerCtx, *values: Any) -> list[Stream]:
     return out
 
 
-def _count_pwl(op: str, n: int) -> Pwl:
+def count_pwl(op: str, n: int) -> Pwl:
     """A function of the count of true inputs among n: and = [count >= n], or = [count >= 1],
     xor = count mod 2 (two inputs): each exact on integer counts."""
     if op == "and":
@@ -139,7 +139,7 @@ def _logic(op: str) -> Rule:
         x, y = _bools(ctx, a, b)
         counts = [p + q for p, q in zip(x.cols, y.cols, strict=True)]
         return pwl_stream(ctx, counts, [r + s for r, s in zip(x.ranges, y.ranges, strict=True)],
-                          [_count_pwl(op, 2)] * x.width, [BOOL] * x.width, is_bool=True)
+                          [count_pwl(op, 2)] * x.width, [BOOL] * x.width, is_bool=True)
 
     return lower
 
@@ -161,14 +161,14 @@ def _not(ctx: LowerCtx, a: Any) -> Stream:
 
 def _reduce_logic(op: str) -> Rule:
     def lower(ctx: LowerCtx, v: Any, dim: Any = None, keepdim: bool = False) -> Stream:
-        _last_dim(ctx, dim, "all" if op == "and" else "any")
+        last_dim_only(ctx, dim, "all" if op == "and" else "any")
         x = v if isinstance(v, Stream) else to_stream(v, 1)
         if not all(r.is_bool for r in x.ranges):
             raise ctx.error("all / any need 0/1 streams")
         count = sum(x.cols, Lin())
         total = sum(x.ranges[1:], x.ranges[0])
         return pwl_stream(ctx, [count], [total],
-                          [_count_pwl(op, x.width)], [BOOL], is_bool=True)
+                          [count_pwl(op, x.width)], [BOOL], is_bool=True)
 
     return lower
 
@@ -182,7 +182,7 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     w = ctx.out_width
     (c,) = _bools(ctx, cond)
     c = c.broadcast(w)
-    x, y = _streams(ctx, a, b)
+    x, y = streams_of(ctx, a, b)
     cols = Columns(ctx, w)
     with user_errors(ctx):
         for i in range(w):

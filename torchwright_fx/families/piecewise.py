@@ -13,7 +13,7 @@ from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     INF,
-    _streams,
+    streams_of,
     pwl_stream,
 )
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
@@ -52,7 +52,7 @@ def _clamp(ctx: LowerCtx, a: Any, min: Any = None, max: Any = None) -> Stream:
 
 def _extremum(ctx: LowerCtx, a: Any, b: Any, sign: float) -> Stream:
     # max(a, b) = b + relu(a - b); min(a, b) = b - relu(b - a)
-    x, y = _streams(ctx, a, b)
+    x, y = streams_of(ctx, a, b)
     diffs = [(p - q) * sign for p, q in zip(x.cols, y.cols, strict=True)]
     drs = [(r - s).scale(sign) for r, s in zip(x.ranges, y.ranges, strict=True)]
     f = Pwl()

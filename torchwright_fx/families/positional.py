@@ -16,11 +16,11 @@ from torchwright_fx.base.errors import CompileError
 from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import counts, digits, selection
 from torchwright_fx.families.intrinsics import (
-    _bos_value,
-    _col,
-    _latch,
-    _moved,
-    _need_gate,
+    bos_value,
+    as_column,
+    latch_stream,
+    moved_ranges_of,
+    exact_gate,
     latch,
     moved_ranges,
 )
@@ -63,7 +63,7 @@ def position(x: torch.Tensor) -> torch.Tensor:
 def _lower_steps_since(ctx: LowerCtx, marker: Stream) -> Stream:
     pos = _position_lin(ctx)
     rng = _position_range(ctx)
-    held = _latch(ctx, Stream([pos], [rng]), marker, _bos_value(ctx, 0, "marker"))
+    held = latch_stream(ctx, Stream([pos], [rng]), marker, bos_value(ctx, 0, "marker"))
     return Stream([pos - held.cols[0]], [rng.with_noise(2 * rng.noise)])
 
 
@@ -82,7 +82,7 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
         return Lin.constant(1.0)
     if where.width != 1 or not where.ranges[0].is_bool:
         raise ctx.error("`where` must be a 0/1 stream of width 1")
-    where = _need_gate(ctx, where, "`where`")
+    where = exact_gate(ctx, where, "`where`")
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - _where_at_bos(ctx, arg_index)))
 
 
@@ -118,8 +118,8 @@ def _lower_mean(ctx: LowerCtx, v: Stream, where: Stream | None = None) -> Stream
 def mean(v: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
     """The mean of ``v`` over positions j <= i (with ``where`` = 1); the ``<bos>`` row when no
     such position exists. Compiled: fp32 averaging, relative error ~1e-7."""
-    v = _col(v)
-    w = torch.ones(v.shape[0]) if where is None else (_col(where)[:, 0] > 0.5).float()
+    v = as_column(v)
+    w = torch.ones(v.shape[0]) if where is None else (as_column(where)[:, 0] > 0.5).float()
     counts = torch.cumsum(w, 0)
     sums = torch.cumsum(v * w[:, None], 0)
     out = sums / counts.clamp(min=1)[:, None]
@@ -190,7 +190,7 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
     if where is not None:  # valid beats invalid; the <bos> fallback at half weight
         validity = 2.0 * spread + 2.0 * margin
         key_terms.append((validity, _valid_with_fallback(ctx, where, 2, 0.5)))
-    ranges = _moved(ctx, v.ranges)
+    ranges = moved_ranges_of(ctx, v.ranges)
     cols = attention.scored(ctx.prog, ctx.geom, v.cols, ranges, key_terms, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
@@ -221,11 +221,11 @@ def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None
     exact = rules.snapped(ctx, best, best_rng)
     if exact is None:
         return None
-    score_bos = _bos_value(ctx, 0, "score")
+    score_bos = bos_value(ctx, 0, "score")
     keys, key_bos = score.cols[0], score_bos
     keys_rng = Interval(rng.lo, rng.hi, True, noise=rng.noise)
     if where is not None:  # an invalid key takes a score no best can have
-        where_bos = _bos_value(ctx, 2, "where")
+        where_bos = bos_value(ctx, 2, "where")
         keys = keys + (1.0 - where.cols[0]) * (span + 1)
         keys_rng = Interval(rng.lo, rng.hi + span + 1, True,
                             noise=rng.noise + (span + 1) * where.ranges[0].noise)
@@ -246,8 +246,8 @@ def _latest_match(ctx: LowerCtx, sel: selection.Selector, v: Stream, what: str) 
     attention.check_margins(ctx.geom, 0, with_validity=len(feats))
     gain = ctx.geom.validity
     q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, what)
-    ranges = _moved(ctx, v.ranges)
-    cols = attention._heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
+    ranges = moved_ranges_of(ctx, v.ranges)
+    cols = attention.heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 
@@ -272,8 +272,8 @@ def argmin(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None = No
 
 def _arg_extreme(score: torch.Tensor, v: torch.Tensor, where: torch.Tensor | None,
                  sign: float) -> torch.Tensor:
-    s, v = _col(score)[:, 0] * sign, _col(v)
-    ok = torch.ones_like(s, dtype=torch.bool) if where is None else _col(where)[:, 0] > 0.5
+    s, v = as_column(score)[:, 0] * sign, as_column(v)
+    ok = torch.ones_like(s, dtype=torch.bool) if where is None else as_column(where)[:, 0] > 0.5
     rows, best, best_score = [], 0, None  # the running winner: ties go to the later position
     for j, (score_j, ok_j) in enumerate(zip(s.tolist(), ok.tolist(), strict=True)):
         if ok_j and (best_score is None or score_j >= best_score):
@@ -345,7 +345,7 @@ def _by_square(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     gain, c = _square_gain(), _centre(ctx.geom.max_seq_len)
     # centred: -gain (p' - t')^2 = 2 gain t' p' - gain p'^2 - gain t'^2, p' = p - c, t' = t - c
     terms = [((at.cols[0] - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square)]
-    ranges = _moved(ctx, v.ranges)
+    ranges = moved_ranges_of(ctx, v.ranges)
     cols = attention.query_scored(ctx.prog, ctx.geom, v.cols, ranges, terms, ctx.name,
                                   ctx.source)
     return Stream(cols, ranges, v.is_bool)
@@ -404,8 +404,8 @@ def _square_of_position(ctx: LowerCtx, pos: Lin) -> Lin:
 @intrinsic(_lower_gather)
 def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """``v`` at position ``at`` (an integer stream), clamped to [0, i]."""
-    v = _col(v)
-    idx = _col(at)[:, 0].round().long()
+    v = as_column(v)
+    idx = as_column(at)[:, 0].round().long()
     idx = torch.minimum(idx.clamp(min=0), torch.arange(v.shape[0]))
     return v[idx]
 

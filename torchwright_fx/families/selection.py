@@ -313,7 +313,7 @@ def encode(ctx: LowerCtx, sides: tuple[Side, ...], what: str) -> Encoded:
     index = [dict(zip(s.values, s.onehot(ctx), strict=True)) for s in sides]
     counts = [sum((index[m][t[m]] for m in range(len(sides))), Lin()) for t in tuples]
     count_range = Interval(0, len(sides), True)
-    onehot = [_whole_column(ctx, c, count_range, logic._count_pwl("and", len(sides)), what)
+    onehot = [_whole_column(ctx, c, count_range, logic.count_pwl("and", len(sides)), what)
               for c in counts]
     return Encoded(tuples, lambda m: sum((onehot[i] for i in m), Lin()),
                    tuple(s.at_bos for s in sides))
@@ -452,7 +452,7 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
         positional: bool, what: str) -> tuple[list[Lin], list[Lin]]:
     geom = ctx.geom
     if positional:
-        q, k = attention._positional_qk(geom, 0)
+        q, k = attention.positional_qk(geom, 0)
     else:
         q = [Lin() for _ in range(geom.d_head)]
         k = [Lin() for _ in range(geom.d_head)]

@@ -63,8 +63,8 @@ from torchwright_fx.capture.registry import (
 )
 from torchwright_fx.families import counts, digits, selection
 from torchwright_fx.families.intrinsics import (
-    _col,
-    _moved,
+    as_column,
+    moved_ranges_of,
     moved_ranges,
 )
 from torchwright_fx.families.selection import Leaf, Selector, bos_indicator
@@ -86,7 +86,7 @@ def _values_eager(v: torch.Tensor) -> torch.Tensor:
     """A stream's values: the token stream's codes, else the single column."""
     if v.dim() == 2 and v.shape[1] == len(current_vocab()) and v.shape[1] > 1:
         return v.argmax(dim=1).to(torch.float32)
-    v = _col(v)
+    v = as_column(v)
     if v.shape[1] != 1:
         raise ValueError(f"select's keys and queries must be one column (or the token stream), "
                          f"got width {v.shape[1]}")
@@ -160,7 +160,7 @@ def _values_column(v: torch.Tensor | float, n: int) -> torch.Tensor:
     """The values an aggregate reads, ``[n, width]``; a number is the same at every position."""
     if not isinstance(v, torch.Tensor):
         return torch.full((n, 1), float(v))
-    return _col(v).to(torch.float32)
+    return as_column(v).to(torch.float32)
 
 
 def _default_value(default: str | float) -> float:
@@ -197,9 +197,9 @@ def selector_width(sel: torch.Tensor) -> torch.Tensor:
     return _causal(sel).sum(dim=1, keepdim=True).to(torch.float32)
 
 
-def _heads(ctx: LowerCtx, q: list[Lin], k: list[Lin], values: list[Lin],
+def heads(ctx: LowerCtx, q: list[Lin], k: list[Lin], values: list[Lin],
            ranges: list[Interval]) -> list[Lin]:
-    return attention._heads(ctx.prog, ctx.geom, q, k, values, ranges, ctx.name, ctx.source)
+    return attention.heads(ctx.prog, ctx.geom, q, k, values, ranges, ctx.name, ctx.source)
 
 
 def _with_default(ctx: LowerCtx, v: Stream, default: float) -> list[Lin]:
@@ -249,7 +249,7 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Str
               for r in v.ranges]
     if all(r.integral and r.lo == r.hi for r in v.ranges):  # a constant: the mean is itself
         ranges = [dataclasses.replace(r, max_den=0) for r in ranges]
-    return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges)
+    return Stream(heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges)
 
 
 def _every_query() -> selection.Side:
@@ -311,8 +311,8 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
         q[ctx.geom.rotary] = Lin.constant(gain)
         k[ctx.geom.rotary] = 1.0 - bos_indicator(ctx)
     ranges = [r.hull(Interval.point(default)) for r in v.ranges]
-    ranges = _moved(ctx, ranges)
-    return Stream(_heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
+    ranges = moved_ranges_of(ctx, ranges)
+    return Stream(heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
 
 
 def _width_inverse(ctx: LowerCtx, sel: Selector) -> Lin | None:
@@ -326,7 +326,7 @@ def _width_inverse(ctx: LowerCtx, sel: Selector) -> Lin | None:
                              "selector_width")
     if m == 0:  # "true": every key (and <bos>) at the same logit
         q[ctx.geom.rotary] = Lin()
-    (inverse,) = _heads(ctx, q, k, [bos_indicator(ctx)], [Interval(0.0, 1.0)])
+    (inverse,) = heads(ctx, q, k, [bos_indicator(ctx)], [Interval(0.0, 1.0)])
     return inverse
 
 

@@ -17,7 +17,7 @@ import torch.fx
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts, const_values
 from torchwright_fx.capture.registry import current_vocab, facts, intrinsic, token_value
 from torchwright_fx.families import rounding
-from torchwright_fx.families.intrinsics import _col
+from torchwright_fx.families.intrinsics import as_column
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval, read_float
 from torchwright_fx.lower import rules
@@ -83,7 +83,7 @@ def lookup(v: torch.Tensor, table: dict, default: str | float = 0.0) -> torch.Te
         for key, value in table.items():
             row[vocab[key]] = token_value(value)
         return (v @ row)[:, None]
-    keys = _col(v)[:, 0].round().long().tolist()
+    keys = as_column(v)[:, 0].round().long().tolist()
     values = {int(k): token_value(val) for k, val in table.items()}
     return torch.tensor([values.get(k, fallback) for k in keys])[:, None]
 

@@ -30,7 +30,7 @@ from torchwright_fx.ops.ffn import Grid, Pwl
 INF = math.inf
 
 
-def _streams(ctx: LowerCtx, *values: Any) -> list[Stream]:
+def streams_of(ctx: LowerCtx, *values: Any) -> list[Stream]:
     return [to_stream(v, ctx.out_width) for v in values]
 
 
@@ -241,18 +241,18 @@ def pwl_stream(ctx: LowerCtx, xs: Sequence[Lin], rngs: Sequence[Interval], fs: S
     return cols.finish(ranges, is_bool)
 
 
-def _scale(x: Stream, ks: list[float]) -> Stream:
+def scaled_stream(x: Stream, ks: list[float]) -> Stream:
     return Stream([c * k for c, k in zip(x.cols, ks, strict=True)],
                   [r.scale(k) for r, k in zip(x.ranges, ks, strict=True)])
 
 
-def _divided(x: Stream, ks: list[float]) -> Stream:
+def divided_stream(x: Stream, ks: list[float]) -> Stream:
     """x / k for constants k (``Interval.divided``: one correctly rounded division)."""
     return Stream([c.divided(k) for c, k in zip(x.cols, ks, strict=True)],
                   [r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool)
 
 
-def _last_dim(ctx: LowerCtx, dim: Any, what: str) -> None:
+def last_dim_only(ctx: LowerCtx, dim: Any, what: str) -> None:
     if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
         raise ctx.error(f"{what} over positions (or all dims)", f"{what} over the last dim: "
                         f"v.{what}(-1)")

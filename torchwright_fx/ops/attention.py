@@ -283,7 +283,7 @@ def logit_rounding(products: list[float]) -> float:
 
 
 # -- head builders -----------------------------------------------------------------------------
-def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
+def positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
     """Q/K of the lobe reading distance ``offset`` (0: the most recent key wins)."""
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
@@ -298,10 +298,10 @@ def _positional_qk(geom: Geometry, offset: int) -> tuple[list[Lin], list[Lin]]:
 def self_qk(geom: Geometry) -> tuple[list[Lin], list[Lin]]:
     """Q/K of a head that attends exactly to its own position (the recency lobe)."""
     check_margins(geom, 0)
-    return _positional_qk(geom, 0)
+    return positional_qk(geom, 0)
 
 
-def _heads(
+def heads(
     prog: Program,
     geom: Geometry,
     q: list[Lin],
@@ -329,18 +329,18 @@ def shift(prog: Program, geom: Geometry, values: list[Lin], ranges: list, offset
           name: str, source: str) -> list[Lin]:
     """Each value at position i - offset (the BOS row when i < offset)."""
     check_margins(geom, offset)
-    q, k = _positional_qk(geom, offset)
-    return _heads(prog, geom, q, k, values, ranges, name, source)
+    q, k = positional_qk(geom, offset)
+    return heads(prog, geom, q, k, values, ranges, name, source)
 
 
 def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: Lin,
           name: str, source: str) -> list[Lin]:
     """Each value at the most recent position j <= i with ``valid_j`` = 1 (0/1 signal)."""
     check_margins(geom, 0, with_validity=True)
-    q, k = _positional_qk(geom, 0)
+    q, k = positional_qk(geom, 0)
     q[geom.rotary] = Lin.constant(geom.validity)
     k[geom.rotary] = valid
-    return _heads(prog, geom, q, k, values, ranges, name, source)
+    return heads(prog, geom, q, k, values, ranges, name, source)
 
 
 # -- content heads (no positional term) --------------------------------------------------------
@@ -354,7 +354,7 @@ def mean(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: 
     k = [Lin() for _ in range(geom.d_head)]
     q[geom.rotary] = Lin.constant(MEAN_VALIDITY)
     k[geom.rotary] = valid
-    return _heads(prog, geom, q, k, values, ranges, name, source)
+    return heads(prog, geom, q, k, values, ranges, name, source)
 
 
 def scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
@@ -369,7 +369,7 @@ def scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
     for r, (gain, lin) in enumerate(key_terms):
         q[geom.rotary + r] = Lin.constant(gain)
         k[geom.rotary + r] = lin
-    return _heads(prog, geom, q, k, values, ranges, name, source)
+    return heads(prog, geom, q, k, values, ranges, name, source)
 
 
 def query_scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
@@ -382,4 +382,4 @@ def query_scored(prog: Program, geom: Geometry, values: list[Lin], ranges: list,
     for r, (ql, kl) in enumerate(terms):
         q[geom.rotary + r] = ql
         k[geom.rotary + r] = kl
-    return _heads(prog, geom, q, k, values, ranges, name, source)
+    return heads(prog, geom, q, k, values, ranges, name, source)

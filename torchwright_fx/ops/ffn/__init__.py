@@ -52,7 +52,7 @@ from torchwright_fx.ops.ffn.fp32 import (  # noqa: F401
 from torchwright_fx.ops.ffn.grids import (  # noqa: F401
     Fractions,
     Grid,
-    _need_finite,
+    need_finite,
     fractions_of,
     grid_of,
     lin_lattice,
@@ -77,7 +77,7 @@ from torchwright_fx.ops.ffn.pwl import (  # noqa: F401
     Emitted,
     Hinge,
     Pwl,
-    _lane_terms,
+    lane_terms,
     emit,
     emit_into_bank,
     lane_count,

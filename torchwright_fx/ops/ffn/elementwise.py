@@ -12,7 +12,7 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
 )
-from torchwright_fx.ops.ffn.grids import _need_finite
+from torchwright_fx.ops.ffn.grids import need_finite
 from torchwright_fx.ops.ffn.pwl import Pwl, linear
 from torchwright_fx.ops.lanes import Bank
 
@@ -49,7 +49,7 @@ def clamp_pwl(lo: float, hi: float) -> Pwl:
 def gated(bank: Bank, out: int, x: Lin, rng: Interval, off: Lin, weight: float = 1.0) -> None:
     """``weight * x`` where ``off`` is 0, and 0 where ``off`` >= 1 (off must be integer-valued
     and non-negative): ``relu(x - M*off) - relu(-x - M*off)`` with M = max|x| + GATE_GAP."""
-    _need_finite(rng, "a gated value")
+    need_finite(rng, "a gated value")
     m = rng.magnitude + GATE_GAP
     bank.hinge(out, x - off * m, weight)
     bank.hinge(out, -x - off * m, -weight)
@@ -65,7 +65,7 @@ def select(bank: Bank, out: int, cond: Lin, a: Lin, ra: Interval, b: Lin, rb: In
         if not (b.is_const and b.const == 0.0):
             bank.lane(out, -sign * SILU_SCALE, b * (1.0 / SILU_SCALE))
         return
-    _need_finite(ra.hull(rb), "torch.where on the ReLU machine")
+    need_finite(ra.hull(rb), "torch.where on the ReLU machine")
     _linear_or_const(bank, out, b)
     gated(bank, out, a - b, ra - rb, 1.0 - cond)
 

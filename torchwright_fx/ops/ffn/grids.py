@@ -27,13 +27,13 @@ from torchwright_fx.ir.ranges import (
 )
 
 
-def _need_finite(rng: Interval, what: str) -> None:
+def need_finite(rng: Interval, what: str) -> None:
     if not rng.finite:
         raise RangeError(f"{what} needs a finite value range, got [{rng.lo}, {rng.hi}]; "
                          "declare one with tw.claim(v, lo, hi)")
 
 
-need_finite = _need_finite
+need_finite = need_finite
 
 
 # -- grids ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from torchwright_fx.ir.ranges import (
     rational,
 )
 from torchwright_fx.ops.ffn.elementwise import select
-from torchwright_fx.ops.ffn.grids import Grid, _need_finite
+from torchwright_fx.ops.ffn.grids import Grid, need_finite
 from torchwright_fx.ops.ffn.pwl import Hinge, Pwl, emit_into_bank
 from torchwright_fx.ops.lanes import Bank
 
@@ -38,7 +38,7 @@ def table_knots(rng: Interval, grid: Grid | None, step: float | None,
                 segments: int = TABLE_SEGMENTS) -> list[float]:
     """Knots of a piecewise-linear table over ``rng``: every lattice point when there are few
     enough (then the table is exact on the grid), else ``segments`` equal steps (or ``step``)."""
-    _need_finite(rng, "a piecewise-linear table")
+    need_finite(rng, "a piecewise-linear table")
     lo, hi = rng.lo, rng.hi
     if hi <= lo:
         return [lo]
@@ -246,7 +246,7 @@ def with_sharpness(f: Pwl, sharpness: float) -> Pwl:
 def reciprocal_knots(rng: Interval, grid: Grid | None, rel_tol: float) -> list[float]:
     """Knots for 1/x on a range of one sign: every lattice point when few enough (exact on
     the grid), else knots whose interpolation error is within rel_tol/2 of |1/x|."""
-    _need_finite(rng, "1/x")
+    need_finite(rng, "1/x")
     if rng.lo <= 0 <= rng.hi:
         raise RangeError(f"1/x over [{rng.lo}, {rng.hi}] includes 0; declare a range of one "
                          "sign with tw.claim(v, lo, hi)")

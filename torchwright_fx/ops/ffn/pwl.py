@@ -88,7 +88,7 @@ class Emitted:
     magnitude: float  # the largest sum of |lane value| at any x: bounds fp32 partial sums
 
 
-def _lane_terms(f: Pwl, rng: Interval) -> tuple[Pwl, list[tuple[Hinge, int]]]:
+def lane_terms(f: Pwl, rng: Interval) -> tuple[Pwl, list[tuple[Hinge, int]]]:
     """Split f into its affine part and its lanes ``(hinge, side)``: side +1 is
     ``relu(x - k)``, side -1 is ``relu(k - x)`` with ``x - k`` moved to the affine part.
     Knots at or below x's range are affine, knots at or above it vanish."""
@@ -147,7 +147,7 @@ def _lanes_range(lanes: list[tuple[Hinge, int]], rng: Interval) -> Interval:
 
 def magnitude(f: Pwl, rng: Interval) -> float:
     """The partial-sum bound ``emit`` would report, without building lanes."""
-    _, lanes = _lane_terms(f, rng)
+    _, lanes = lane_terms(f, rng)
     return _magnitude(lanes, rng)
 
 
@@ -162,7 +162,7 @@ def emit(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:
     on a grid, s*(x - k) is a half-integer and w/s is the step's weight, so lane values and
     their sums are exact in fp32 (the SwiGLU gate S*s*(x - k) and up 1/S scale by powers of 2).
     """
-    affine, lanes = _lane_terms(f, rng)
+    affine, lanes = lane_terms(f, rng)
     for h, side in lanes:
         bank.hinge(out, (x - h.knot) * (side * h.sharpness), h.weight / h.sharpness)
     return Emitted(x * affine.slope + affine.const, _lanes_range(lanes, rng),

@@ -27,7 +27,7 @@ from torchwright_fx.ir.ranges import (
     frac_gcd,
     read_float,
 )
-from torchwright_fx.ops.ffn.grids import Fractions, Grid, _need_finite
+from torchwright_fx.ops.ffn.grids import Fractions, Grid, need_finite
 from torchwright_fx.ops.ffn.pwl import Pwl, lane_count, magnitude
 from torchwright_fx.ops.lanes import Bank
 
@@ -275,7 +275,7 @@ def lookup_function(key: Interval, table: dict[int, float], default: float) -> P
     finite integer range fp32 resolves, noise within the step's tolerance)."""
     if not key.integral:
         raise RangeError("lookup needs an integer-valued key stream")
-    _need_finite(key, "lookup")
+    need_finite(key, "lookup")
     lo, hi = math.ceil(key.lo), math.floor(key.hi)
     check_resolution(key, Grid(Fraction(1), Fraction(0)), "lookup")
     return lookup_pwl(lo, hi, table, default)

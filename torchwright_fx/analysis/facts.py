@@ -129,14 +129,14 @@ def as_facts(value: object, width: int) -> NodeFacts:
 
 
 def scaled(x: NodeFacts, ks: Sequence[float]) -> NodeFacts:
-    """x * k per column, k constants (lower.rules._scale)."""
+    """x * k per column, k constants (lower.rules.scaled_stream)."""
     return NodeFacts([r.scale(k) for r, k in zip(x.ranges, ks, strict=True)], False,
                      None if x.forms is None else [c * k for c, k in zip(x.forms, ks,
                                                                        strict=True)])
 
 
 def divided(x: NodeFacts, ks: Sequence[float]) -> NodeFacts:
-    """x / k per column, one correctly rounded division (lower.rules._divided)."""
+    """x / k per column, one correctly rounded division (lower.rules.divided_stream)."""
     return NodeFacts([r.divided(k) for r, k in zip(x.ranges, ks, strict=True)], x.is_bool,
                      None if x.forms is None else [c.divided(k) for c, k in zip(x.forms, ks,
                                                                               strict=True)])

@@ -31,8 +31,8 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
-    _divided,
-    _scale,
+    divided_stream,
+    scaled_stream,
     grid,
     on_exact_inputs,
     pwl_stream,
@@ -153,7 +153,7 @@ def _rounding_rule(kind: str) -> Rule:
         x = to_stream(a, ctx.out_width)
         if decimals:
             k = 10.0 ** decimals  # torch.round(x, decimals=d) is round(x * 10**d) / 10**d
-            return _scale(rounded(ctx, _scale(x, [k] * x.width), kind), [1 / k] * x.width)
+            return scaled_stream(rounded(ctx, scaled_stream(x, [k] * x.width), kind), [1 / k] * x.width)
         return rounded(ctx, x, kind)
 
     return lower
@@ -189,7 +189,7 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
 
 
 def _remainder_of(ctx: LowerCtx, x: Stream, ms: list[float], kind: str) -> Stream:
-    quotient = _rounded(ctx, _divided(x, ms), kind)
+    quotient = _rounded(ctx, divided_stream(x, ms), kind)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
               .with_rounding(r.derived() if Interval.point(k).rounding == EXACT else INEXACT)

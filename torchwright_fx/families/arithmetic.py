@@ -32,11 +32,11 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
     divided_stream,
-    scaled_stream,
-    streams_of,
     grid,
     pwl_stream,
     read_noise,
+    scaled_stream,
+    streams_of,
     user_errors,
 )
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream

@@ -43,7 +43,8 @@ def add_streams(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
 
 @lowering(operator.sub, torch.sub, methods=("sub", "__sub__"))
 def _sub(ctx: LowerCtx, a: Any, b: Any, *, alpha: float = 1.0) -> Stream:
-    return add_streams(ctx, a, scaled_stream(to_stream(b, ctx.out_width), [-float(alpha)] * ctx.out_width))
+    w = ctx.out_width
+    return add_streams(ctx, a, scaled_stream(to_stream(b, w), [-float(alpha)] * w))
 
 
 @lowering(torch.rsub, methods=("__rsub__",))

@@ -22,11 +22,11 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
     last_dim_only,
-    scaled_stream,
-    streams_of,
     on_exact_inputs,
     pwl_stream,
     read_noise,
+    scaled_stream,
+    streams_of,
     user_errors,
     value_set,
 )

@@ -13,8 +13,8 @@ from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     INF,
-    streams_of,
     pwl_stream,
+    streams_of,
 )
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn

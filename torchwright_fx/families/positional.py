@@ -16,13 +16,13 @@ from torchwright_fx.base.errors import CompileError
 from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import counts, digits, selection
 from torchwright_fx.families.intrinsics import (
-    bos_value,
     as_column,
-    latch_stream,
-    moved_ranges_of,
+    bos_value,
     exact_gate,
     latch,
+    latch_stream,
     moved_ranges,
+    moved_ranges_of,
 )
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval

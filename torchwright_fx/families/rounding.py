@@ -32,10 +32,10 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
     divided_stream,
-    scaled_stream,
     grid,
     on_exact_inputs,
     pwl_stream,
+    scaled_stream,
     user_errors,
     value_set,
 )
@@ -153,7 +153,8 @@ def _rounding_rule(kind: str) -> Rule:
         x = to_stream(a, ctx.out_width)
         if decimals:
             k = 10.0 ** decimals  # torch.round(x, decimals=d) is round(x * 10**d) / 10**d
-            return scaled_stream(rounded(ctx, scaled_stream(x, [k] * x.width), kind), [1 / k] * x.width)
+            scaled_up = scaled_stream(x, [k] * x.width)
+            return scaled_stream(rounded(ctx, scaled_up, kind), [1 / k] * x.width)
         return rounded(ctx, x, kind)
 
     return lower

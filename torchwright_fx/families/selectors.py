@@ -64,8 +64,8 @@ from torchwright_fx.capture.registry import (
 from torchwright_fx.families import counts, digits, selection
 from torchwright_fx.families.intrinsics import (
     as_column,
-    moved_ranges_of,
     moved_ranges,
+    moved_ranges_of,
 )
 from torchwright_fx.families.selection import Leaf, Selector, bos_indicator
 from torchwright_fx.ir.linear import Lin

@@ -175,13 +175,13 @@ class Lowering(torch.fx.Interpreter):
             if isinstance(result, torch.fx.Node) else None
         r = value.ranges[0]
         if rctx is not None and r.integral and r.noise > 0 and (
-                r.noise >= numerics.OUTPUT_NOISE_LIMIT or decode.margin(prog, *value.cols,
-                                                                         r) <= 0):
+                r.noise >= numerics.OUTPUT_NOISE_LIMIT
+                or decode.margin(prog, value.cols[0], r) <= 0):
             # a whole-number code too noisy to decode: snapped onto its integers (one MLP
             # sublayer) where the reference holds it there, instead of a refusal
             value = exact_within(rctx, value, 0.0)
             prog.output, prog.output_range = value.cols[0], value.ranges[0]
-        origin = "" if rctx is None else noise_origin(rctx, result)
+        origin = "" if rctx is None else noise_origin(rctx, rctx.node)
         try:
             certify_output(prog, origin=origin)
         except CompileError as e:

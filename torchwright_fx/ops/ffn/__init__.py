@@ -52,7 +52,6 @@ from torchwright_fx.ops.ffn.fp32 import (  # noqa: F401
 from torchwright_fx.ops.ffn.grids import (  # noqa: F401
     Fractions,
     Grid,
-    need_finite,
     fractions_of,
     grid_of,
     lin_lattice,
@@ -77,10 +76,10 @@ from torchwright_fx.ops.ffn.pwl import (  # noqa: F401
     Emitted,
     Hinge,
     Pwl,
-    lane_terms,
     emit,
     emit_into_bank,
     lane_count,
+    lane_terms,
     linear,
     magnitude,
 )

@@ -33,7 +33,6 @@ def need_finite(rng: Interval, what: str) -> None:
                          "declare one with tw.claim(v, lo, hi)")
 
 
-need_finite = need_finite
 
 
 # -- grids ------------------------------------------------------------------------------------

@@ -182,7 +182,9 @@ def reciprocal(ctx: LowerCtx, x: Stream, rel_tol: float = numerics.RECIPROCAL_RE
             exact_on_grid = not ctx.prog.machine.smooth_hinge and grid(ctx, c, r) is not None and \
                 len(knots) >= grid(ctx, c, r).count(r)  # type: ignore[union-attr]
             err = 0.0 if exact_on_grid else rel_tol * max(abs(lo), abs(hi))
-            ranges.append(Interval(lo - slack, hi + slack, noise=err))
+            # the reference's 1/x is rounded once (fp32 holds 1/3 only approximately)
+            ranges.append(Interval(lo - slack, hi + slack, noise=err,
+                                   rounding=ONCE if r.rounding == EXACT else INEXACT))
     return pwl_stream(ctx, x.cols, x.ranges, fs, ranges)
 
 

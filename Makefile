@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench lock clean runtime-vllm runtime-tl runtime-llama \
+.PHONY: install demo test test-all lint docs bench lock clean runtime-vllm runtime-tl runtime-llama \
 	test-runtimes bench-tracr
 
 $(PY):
@@ -25,6 +25,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ""
+
+# regenerate the generated parts of the docs (the op table of docs/architecture.md)
+docs: $(STAMP)
+	$(PY) scripts/op_table.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check torchwright_fx examples tests scripts

@@ -25,6 +25,7 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     EXACT,
     INEXACT,
+    ONCE,
     Interval,
     lattice_sum,
 )
@@ -181,7 +182,9 @@ def _frac(ctx: LowerCtx, a: Any) -> Stream:
 def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
     """x - m * kind(x / m) for a constant m: torch.remainder (floor) and torch.fmod (trunc)."""
     if not isinstance(a, Stream) or isinstance(m, Stream):
-        raise ctx.error("% / remainder / fmod need a stream and a constant modulus")
+        raise ctx.error("% / remainder / fmod need a stream and a constant modulus",
+                        "for two small whole numbers, tabulate it: tw.lookup2(a, m, {(i, j): "
+                        "i % j for i in range(...) for j in range(1, ...)})")
     x = to_stream(a, ctx.out_width)
     ms = const_vector(m, x.width)
     if any(k == 0 for k in ms):
@@ -327,5 +330,7 @@ def _sign_facts(ctx: FactsCtx, a: Any) -> NodeFacts:
     for r in as_facts(a, ctx.out_width).ranges:
         n_steps = int(r.lo <= 0 < r.hi) + int(r.lo < 0 <= r.hi)
         base = -1.0 if r.lo < 0 else (0.0 if r.lo == 0 else 1.0)
-        ranges.append(Interval(base, base + n_steps, True))
+        # one correct rounding keeps a value's sign and its zeros; more may not (a - b)
+        rounding = EXACT if r.rounding <= ONCE else INEXACT
+        ranges.append(Interval(base, base + n_steps, True, rounding=rounding))
     return NodeFacts(ranges)

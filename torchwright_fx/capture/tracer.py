@@ -54,7 +54,7 @@ def capture(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
                                               inspect.Parameter.VAR_KEYWORD):
         raise CompileError(f"{fn.__qualname__} must take exactly one argument (the token "
                            f"stream), got {len(params)} without a default; bind the others "
-                           "with defaults or functools.partial")
+                           "with defaults (def f(x, k=1)) or a lambda (lambda x: f(x, 1))")
     # Parameters with defaults are constants of the program (k=1, op=torch.relu): trace a
     # one-argument call, so they keep their default values instead of becoming inputs.
     root = fn if len(signature) == 1 else _one_argument(fn)

@@ -155,8 +155,10 @@ def _pow(ctx: LowerCtx, a: Any, n: Any) -> Stream:
     if not isinstance(a, Stream) or isinstance(n, Stream) or not float(n).is_integer() \
             or n < 0:
         raise ctx.error(f"a power with exponent {n!r}",
-                        "only stream ** (constant integer >= 0) compiles; use tw.piecewise for "
-                        "other functions of one value")
+                        "only stream ** (constant integer >= 0) compiles; a function of one "
+                        "value is a table: of a whole number, tw.lookup(v, {k: k ** p for k in "
+                        "range(lo, hi + 1)}) (exact); of a real value, tw.piecewise(lambda t: "
+                        "t ** p, v, breakpoints) (approximate)")
     return power(ctx, to_stream(a, ctx.out_width), int(n))
 
 

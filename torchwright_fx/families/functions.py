@@ -138,7 +138,9 @@ def _knot_spacing_error(xs: Sequence[float], input_scale: float) -> str | None:
         if b - a < need:
             return (f"breakpoints {a:g} and {b:g} are {b - a:.3g} apart; on the SwiGLU machine "
                     f"they must be >= {need:.3g} = 34/(128*input_scale) apart, or their rounded "
-                    "corners overlap")
+                    "corners overlap (input_scale="
+                    f"{2 ** math.ceil(math.log2(input_scale * need / (b - a)))} and up spaces "
+                    "them)")
     return None
 
 
@@ -157,7 +159,8 @@ def lower_piecewise_table(ctx: LowerCtx, v: Stream, xs: Sequence[float], ys: Seq
     if ctx.prog.machine.smooth_hinge:
         problem = _knot_spacing_error(xs, input_scale)
         if problem:
-            raise ctx.error(problem, "space them out, or pass input_scale=2**k (k >= 1)")
+            raise ctx.error(problem, "space them out, or pass that input_scale (a power of "
+                                     "two)")
     f = Pwl.through(xs, ys, sharpness=input_scale, flat=True)
     f.anchor = xs[int(np.argmin(np.abs(ys)))]
     slack = ffn.hinge_error(f, ctx.prog.machine)

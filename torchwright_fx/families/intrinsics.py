@@ -196,7 +196,8 @@ def exact_gate(ctx: LowerCtx, x: Stream, what: str) -> Stream:
     if r.noise > numerics.GATE_NOISE:
         raise ctx.error(f"{what} may be off 0/1 by {r.noise:.3g} in the compiled model, and "
                         "it cannot be snapped onto 0/1 (the reference does not hold it exactly)",
-                        "build it from comparisons (v > 0.5) of exact values and & | ~")
+                        "compare it instead, (v > 0.5).float() (a comparison snaps a value "
+                        "the reference holds on its lattice), and join such with & | ~")
     return x
 
 

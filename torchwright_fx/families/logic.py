@@ -89,7 +89,8 @@ def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:
         return ffn.staircase(0.0, [Step(t, op == "gt")], g)
     if g is None:
         raise ffn.RangeError("== and != need an integer-valued (or grid-valued) stream; "
-                             "compare with a tolerance, or declare it with "
+                             "compare the whole numbers it is computed from (d == 2, not "
+                             "tw.reciprocal(d) == 0.5), or declare a value that is whole with "
                              "tw.claim(v, lo, hi, integral=True)")
     sign = 1.0 if op == "eq" else -1.0
     return ffn.staircase(0.0 if op == "eq" else 1.0,
@@ -164,7 +165,8 @@ def _reduce_logic(op: str) -> Rule:
         last_dim_only(ctx, dim, "all" if op == "and" else "any")
         x = v if isinstance(v, Stream) else to_stream(v, 1)
         if not all(r.is_bool for r in x.ranges):
-            raise ctx.error("all / any need 0/1 streams")
+            raise ctx.error("all / any need 0/1 streams",
+                            "compare first: (v > 0).any(-1), (v == k).all(-1)")
         count = sum(x.cols, Lin())
         total = sum(x.ranges[1:], x.ranges[0])
         return pwl_stream(ctx, [count], [total],

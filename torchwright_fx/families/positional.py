@@ -81,7 +81,8 @@ def _valid_with_fallback(ctx: LowerCtx, where: Stream | None, arg_index: int,
     if where is None:
         return Lin.constant(1.0)
     if where.width != 1 or not where.ranges[0].is_bool:
-        raise ctx.error("`where` must be a 0/1 stream of width 1")
+        raise ctx.error("`where` must be a 0/1 stream of width 1",
+                        "build it from tw.is_token, comparisons (v > 0) and & | ~")
     where = exact_gate(ctx, where, "`where`")
     return where.cols[0] + _bos(ctx) * (bos_weight * (1.0 - _where_at_bos(ctx, arg_index)))
 
@@ -149,8 +150,9 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                         f"model, more than the 1/(8 max_seq_len) = {1 / (8 * n):.3g} its "
                         "attention margin allows, and too far from its integers to snap "
                         f"onto them{rules.noise_origin(ctx, 0)}",
-                        "scale or restructure the score so that it is computed from exact "
-                        "whole numbers (counts, tw.lookup results) before tw.argmax")
+                        "lower max_seq_len when the noise comes from tw.mean or tw.position "
+                        "(it grows with the length), or compute the score from exact whole "
+                        "numbers (tw.lookup results, comparisons) before tw.argmax")
     tie = margin  # per position step: the most recent tied position wins
     gain = tie * (n - 1) + margin  # per unit of score: any better score beats any recency
     span = rng.hi - rng.lo
@@ -287,7 +289,9 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     that (long contexts, ReLU's product tables), a selection matching the position digit by
     digit (``_by_digits``), which needs a larger d_head."""
     if at.width != 1 or not at.ranges[0].integral:
-        raise ctx.error("gather's position must be an integer-valued stream of width 1")
+        raise ctx.error("gather's position must be an integer-valued stream of width 1",
+                        "round it (tw.gather(v, torch.round(at))), or declare a position that "
+                        "is whole with tw.claim(at, lo, hi, integral=True)")
     problem = _square_problem(ctx, at)
     if problem is None:
         return _by_square(ctx, v, at)

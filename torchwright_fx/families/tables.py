@@ -44,8 +44,10 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
     try:
         f = ffn.lookup_function(key, entries, fallback)
     except ffn.RangeError as e:
-        raise ctx.error(str(e), "declare the key's range with tw.claim(v, lo, hi, "
-                                "integral=True)") from None
+        raise ctx.error(str(e) + (rules.noise_origin(ctx, 0) if e.noisy else ""),
+                        "" if e.noisy else "declare a key that is whole (a mean times its "
+                        "count) with tw.claim(v, lo, hi, integral=True), or round it first: "
+                        "tw.lookup(torch.round(v), ...)") from None
     lo, hi = math.ceil(key.lo), math.floor(key.hi)
     reached = [entries.get(k, fallback) for k in range(lo, hi + 1)] or [fallback]
     # The whole value in the bank (the lanes expanded from the middle of the key range stay
@@ -219,7 +221,8 @@ def _mismatch(ctx: LowerCtx, c: Lin, r: Interval, t: float
     g = rules.grid(ctx, c, r)
     if g is None:
         raise ffn.RangeError("tw.equals needs integer-valued (or grid-valued) streams; "
-                             "declare them with tw.claim(v, lo, hi, integral=True)")
+                             "compare the whole numbers they are computed from, or declare "
+                             "values that are whole with tw.claim(v, lo, hi, integral=True)")
     tq = read_float(t)  # as the lattice reads its points
     if tq is None or (tq - g.offset) % g.spacing != 0 or not r.lo <= t <= r.hi:
         return None

@@ -36,9 +36,9 @@ from torchwright_fx.vocab import Vocab
 
 # What to write instead of torch ops that act across positions (by the op's name).
 HINTS = {
-    "cumsum": "a running sum over positions is tw.mean(v) * (tw.position(x) + 1) (or "
-              "tw.mean(v, where=w) times a count); a running count of a 0/1 stream is "
-              "tw.selector_width(tw.select(w, w, lambda k, q: k == 1))",
+    "cumsum": "a running sum over positions is tw.mean(v) * (tw.position(x) + 1), whole "
+              "for whole v: torch.round it (or tw.mean(v, where=w) times a count); a running "
+              "count of a 0/1 stream is tw.selector_width(tw.select(w, w, lambda k, q: k == 1))",
     "roll": "positions move only backwards, through attention: tw.shift(v, k) is v k "
             "positions back",
     "flip": "a causal model cannot read ahead: print the input backwards after a trigger with "
@@ -47,6 +47,12 @@ HINTS = {
             "equals the step (tw.select / tw.selector_width, or tw.mean per value)",
     "cumprod": "no running product: take logs of a bounded value with tw.piecewise and a "
                "running mean (tw.mean), or carry it one step at a time with tw.shift",
+    **{name: "a function of one value is a table: of a whole number, tw.lookup(v, {k: f(k) "
+             "for k in range(lo, hi + 1)}) (exact); of a real value, "
+             f"tw.piecewise(torch.{name}, v, breakpoints) over v's range (approximate)"
+       for name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+                    "sin", "cos", "tan", "tanh", "sigmoid", "atan", "erf", "softplus", "gelu",
+                    "silu")},
 }
 
 
@@ -67,7 +73,9 @@ def choose_machine(gm: torch.fx.GraphModule, requested: MachineName | None) -> M
         (used, node), = first_use.items()
         if requested is not None and machine_kind(requested) is not machine_kind(used):
             raise node_error(node, f"a {used} library op in a program compiled for the "
-                                   f"{requested} machine")
+                                   f"{requested} machine", f"drop machine={requested!r} (the "
+                                   f"library op fixes the machine), or use "
+                                   f"torchwright_fx.ops.{requested}")
         return machine_kind(used)
     return machine_kind(requested or "swiglu")
 

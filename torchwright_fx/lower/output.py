@@ -26,13 +26,13 @@ def certify_output(prog: Program, source: str = "", origin: str = "") -> Interva
             "through tw.emit)")
     if r.noise >= numerics.OUTPUT_NOISE_LIMIT:
         raise CompileError(
-            f"{where}the output code may be off by {r.noise:.3g} in the compiled model"
-            f"{origin or ' (noise of a mean, a position or an approximate table)'}"
-            ", more than a quarter of a step, so it cannot be snapped onto whole codes and the "
-            "token is not certain; compute the value from exact whole numbers before the noisy "
-            "op scales it up (counts from tw.selector_width or tw.mean of 0/1 values times "
-            "their count, tw.lookup results; copy a table's result with torch.where(flag, v, 0) "
-            "before scaling it up), or lower max_seq_len")
+            f"{where}the output code may be off by {r.noise:.3g} in the compiled model, more "
+            "than a quarter of a step, so it cannot be snapped onto whole codes and the token "
+            "is not certain; copy a table's result with torch.where(flag, v, 0) before a step "
+            "or a large multiple reads it (fp32 rounds a large multiple of the table's column "
+            "where it is read), or lower max_seq_len when the noise comes from tw.mean or "
+            "tw.position (it grows with the length)"
+            f"{origin or '; the noise comes from a mean, a position or an approximate table'}")
     return r
 
 

@@ -254,5 +254,6 @@ def divided_stream(x: Stream, ks: list[float]) -> Stream:
 
 def last_dim_only(ctx: LowerCtx, dim: Any, what: str) -> None:
     if dim not in (-1, 1, (-1,), (1,), [-1], [1]):
-        raise ctx.error(f"{what} over positions (or all dims)", f"{what} over the last dim: "
-                        f"v.{what}(-1)")
+        raise ctx.error(f"{what} over positions (or all dims)", (
+            "a running sum over positions is tw.mean(v) * (tw.position(x) + 1); "
+            if what == "sum" else "") + f"over the last dim: v.{what}(-1)")

@@ -231,7 +231,8 @@ def _gap(geom: Geometry, planes: Lobe, offset: int, with_validity: bool | int,
 def check_margins(geom: Geometry, offset: int, *, with_validity: bool | int = False) -> float:
     """Raise GeometryError unless the head selects its key exactly at every position."""
     if offset >= geom.max_seq_len:
-        raise GeometryError(f"shift by {offset} >= max_seq_len={geom.max_seq_len}")
+        raise GeometryError(f"shift by {offset} >= max_seq_len={geom.max_seq_len}",
+                            f"raise max_seq_len above {offset}, or shift by less")
     gap, where = measured_gap(geom, offset, with_validity)
     if gap < ATTENTION_MARGIN:
         ok = largest_working_length(geom.d_head, offset, with_validity, geom.max_seq_len)

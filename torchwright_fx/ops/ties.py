@@ -138,9 +138,13 @@ def refuse_ties(rng: Interval, values: Grid | Fractions | None,
             f"not exact: {what} has a threshold at {float(t)!r}, and the value can be within "
             "fp32's rounding of it without being it (a mean of 1/3 is 0.3333333432674408 in "
             "fp32): the reference, which rounds in fp32, may land on the threshold "
-            "and decide differently from exact arithmetic; use a threshold halfway between "
-            "the values the stream takes (a simple fraction such as 1/2 or 3/10), or compare "
-            "whole numbers (a count instead of a mean)")
+            "and decide differently from exact arithmetic; " + (
+                "use a threshold halfway between the values the stream takes (a simple "
+                "fraction such as 1/2 or 3/10), or compare whole numbers (a count instead of "
+                "a mean)" if what in ("this comparison", "tw.equals") else
+                "compute the value with whole numbers before the step (a count instead of a "
+                "mean: tw.claim(tw.mean(v) * (tw.position(x) + 1), 0, max_seq_len, "
+                "integral=True); n // 10, not torch.floor(n * 0.1))"))
     t = tie(rng, values, thresholds)
     if t is not None:
         raise RangeError(
@@ -148,8 +152,11 @@ def refuse_ties(rng: Interval, values: Grid | Fractions | None,
             f"{float(t):g} in exact arithmetic while the reference, computing in fp32 through "
             "more than one rounding (or a constant fp32 cannot hold, such as 0.1 or 1.3), "
             f"may land just below or above it (0.53 * 100 is 52.999996 in fp32); compute "
-            "with whole numbers before the step (a count instead of a mean, n * 13 // 10 "
-            "instead of floor(n * 1.3)), or round the value first (torch.round)")
+            "with whole numbers before the step (n * 13 // 10 instead of torch.floor(n * "
+            "1.3)), scale before averaging (torch.floor(tw.mean(10 * v)) instead of "
+            "torch.floor(10 * tw.mean(v)))" + (
+                "" if what == "round" else ", or, if the value is whole in exact arithmetic "
+                "(n / 7 * 7), round it first: torch.round(v)"))
 
 
 def refuse_unheld_constant(t: float, rng: Interval, values: Grid | Fractions | None,

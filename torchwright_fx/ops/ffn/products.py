@@ -210,7 +210,8 @@ def auto_knots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,
         fa, fb = f(np.array([a, b]))
         err = np.abs(fa + (fb - fa) * (xs - a) / (b - a) - f(xs))
         if not np.all(np.isfinite(err)):
-            raise RangeError(f"the function is not finite on [{a}, {b}]")
+            raise RangeError(f"the function is not finite on [{a}, {b}]; keep the input where "
+                             "it is finite: torch.clamp(v, min=..., max=...) first")
         if np.all(err <= tol(xs)):
             i += 1
             continue
@@ -248,8 +249,10 @@ def reciprocal_knots(rng: Interval, grid: Grid | None, rel_tol: float) -> list[f
     the grid), else knots whose interpolation error is within rel_tol/2 of |1/x|."""
     need_finite(rng, "1/x")
     if rng.lo <= 0 <= rng.hi:
-        raise RangeError(f"1/x over [{rng.lo}, {rng.hi}] includes 0; declare a range of one "
-                         "sign with tw.claim(v, lo, hi)")
+        raise RangeError(f"1/x over [{rng.lo}, {rng.hi}] includes 0; make it one sign first "
+                         "(torch.clamp(v, min=1), or a tw.lookup default of that sign), or, if "
+                         "it is never 0 anywhere (<bos> included: a claim is checked there "
+                         "too), declare it with tw.claim(v, lo, hi)")
     if grid is not None:
         if 2 <= grid.count(rng) <= TABLE_SEGMENTS + 1:
             return grid.points(rng)

@@ -53,9 +53,10 @@ def approximate(what: str) -> None:
     if log is None:
         raise NotExact(
             f"not exact: {what}, so the step is a ramp {RAMP_WIDTH} wide that is wrong for "
-            "values inside it; make the value whole (scale it onto integers, round it first), "
-            "declare its lattice with tw.claim(v, lo, hi, integral=True), or compile with "
-            "exact=False to accept the ramp")
+            "values inside it; step on whole numbers instead (compare a table's key, not its "
+            "result: d < 4 rather than tw.reciprocal(d) > 0.3; declare a value that is whole, "
+            "such as a mean times its count, with tw.claim(v, lo, hi, integral=True)), or "
+            "compile with exact=False to accept the ramp")
     log.append(f"{what}: a {RAMP_WIDTH}-wide ramp, wrong for values inside it")
 
 
@@ -79,7 +80,8 @@ def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
             return (float(lo + (hi - lo) * Fraction(INTEGER_RAMP_LO)),
                     float(lo + (hi - lo) * Fraction(INTEGER_RAMP_HI)))
         approximate(f"the attainable means either side of {s.at:g} are {float(hi - lo):.3g} "
-                    f"apart, too close for the averaging noise {grid.noise:.3g}")
+                    f"apart, too close for the averaging noise {grid.noise:.3g} (the gap "
+                    "shrinks and the noise grows with max_seq_len: lower it)")
         return _real_ramp(s)  # the user accepted a plain real-valued ramp
     if grid is None:
         approximate(f"a step at {s.at:g} on a value with no lattice")
@@ -156,12 +158,13 @@ def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
     if rng.noise > tolerance:
         raise RangeError(
             f"not exact: {what} on a lattice of spacing {grid.spacing} tolerates input noise "
-            f"up to {tolerance:.3g}, but the compiled input may be off by {rng.noise:.3g} "
-            "(noise of a tw.mean, tw.position, a product of large values, an approximate "
-            "table, or fp32 rounding where a large multiple of a table's result is read, "
-            "carried through arithmetic); round or compare the noisy part first, copy a table's "
-            "result with torch.where(flag, v, 0) before scaling it up, or narrow its range "
-            "with tw.claim", noisy=True)
+            f"up to {tolerance:.3g}, but the compiled input may be off by {rng.noise:.3g}, "
+            "too far from the lattice to snap onto it; lower max_seq_len when the noise comes "
+            "from tw.mean or tw.position (it grows with the length), average small whole "
+            "numbers (under 16 values) and scale the mean after (7 * tw.mean(d), not "
+            "tw.mean(7 * d): from 2048 positions such a mean is counted exactly), or copy a "
+            "table's result with torch.where(flag, v, 0) before scaling it up (fp32 rounds a "
+            "large multiple of the table's column where it is read)", noisy=True)
     steps = rng.magnitude / float(grid.spacing)
     if steps > EXACT_LATTICE_STEPS:
         raise RangeError(f"{what} over [{rng.lo:.6g}, {rng.hi:.6g}] (lattice spacing "

@@ -204,6 +204,23 @@ def test_logic_on_values_that_are_not_bools(before, advice, after):
     _right(lambda x: tw.emit(nl(x), [ab(after(x))]))
 
 
+@pytest.mark.parametrize("before, advice, after", [
+    (lambda d, e: torch.nn.functional.linear(d, e), "a product of two streams is a * b",
+     lambda d, e: (d * e).sum(-1, keepdim=True)),
+    (lambda d, e: tw.lookup(torch.cat([d, e], -1), {k: k % 10 for k in range(100)}),
+     "tw.lookup2(v[:, 0], v[:, 1], {(i, j): ...})",
+     lambda d, e: tw.lookup2(torch.cat([d, e], -1)[:, 0], torch.cat([d, e], -1)[:, 1],
+                             {(i, j): i * j % 10 for i in range(10) for j in range(10)})),
+    (lambda d, e: d[:, :, None].sum(-1), "keep operations on the last dim", lambda d, e: d),
+], ids=["linear-of-streams", "lookup-of-two-columns", "3-d"])
+def test_shapes_streams_do_not_take(before, advice, after):
+    def prog(f):
+        return lambda x: tw.emit(nl(x), [show(f(digit(x), tw.shift(digit(x), 1)) % 10)])
+
+    _says(_refused(prog(before)), advice)
+    _right(prog(after))
+
+
 # -- 0/1 values that steer a gate or a head -------------------------------------------------------
 @pytest.mark.parametrize("before, advice, after", [
     (lambda x: tw.emit(nl(x), [show(tw.latch(digit(x), digit(x)))]),
@@ -666,6 +683,16 @@ def test_a_head_too_small_takes_the_d_head_named():
 
     _says(_refused(prog, d_head=8), "compile with d_head=16")
     _right(prog, d_head=16)
+
+
+def test_select_on_many_values_at_a_small_d_head_takes_the_d_head_named():
+    def prog(x):
+        k = tw.claim(_number(x, 3), 0, 999, integral=True)
+        return tw.emit(nl(x), [_width(tw.select(k, k, "=="))])
+
+    message = _refused(prog, d_head=16)
+    _says(message, "matched digit by digit", "compile with d_head=64")
+    _right(prog, d_head=64, prompts=["123\n", "123123\n", "999\n", "4\n"])
 
 
 def test_aggregate_needs_a_selector():

@@ -111,7 +111,9 @@ def _weights(w: Any) -> torch.Tensor:
 @lowering(operator.matmul, torch.matmul, torch.mm, methods=("matmul", "__matmul__", "mm"))
 def _matmul(ctx: LowerCtx, a: Any, b: Any) -> Stream:
     if not isinstance(a, Stream) or isinstance(b, Stream):
-        raise ctx.error("matmul needs a stream on the left and constant weights on the right")
+        raise ctx.error("matmul needs a stream on the left and constant weights on the right",
+                        "a product of two streams is a * b (column by column), summed with "
+                        ".sum(-1, keepdim=True)")
     weights = _weights(b)
     if weights.dim() == 1:
         weights = weights[:, None]
@@ -121,7 +123,9 @@ def _matmul(ctx: LowerCtx, a: Any, b: Any) -> Stream:
 @lowering(F.linear)
 def _linear(ctx: LowerCtx, x: Any, weight: Any, bias: Any = None) -> Stream:
     if not isinstance(x, Stream) or isinstance(weight, Stream) or isinstance(bias, Stream):
-        raise ctx.error("F.linear needs constant weight and bias")
+        raise ctx.error("F.linear needs constant weight and bias",
+                        "a product of two streams is a * b (column by column), summed with "
+                        ".sum(-1, keepdim=True)")
     b = None if bias is None else _weights(bias).reshape(-1)
     return _apply_matrix(x, _weights(weight).T, b)
 

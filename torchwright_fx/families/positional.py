@@ -131,7 +131,9 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                   sign: float = 1.0) -> Stream:
     if score.width != 1 or not score.ranges[0].integral or not score.ranges[0].finite:
         raise ctx.error("argmax/argmin need an integer-valued score of width 1 with a finite "
-                        "range", "scale the score to integers or declare it with tw.claim")
+                        "range", "give it one column of whole numbers: scale the score to "
+                        "integers, round it (torch.round), or declare it with "
+                        "tw.claim(v, lo, hi, integral=True)")
     rng = score.ranges[0]
     if rng.rounding > ONCE:
         raise ctx.error("argmax/argmin's score is computed inexactly by the reference (fp32 "

@@ -38,7 +38,9 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
         col = sum((c * row[i] for i, c in enumerate(v.cols)), Lin())
         return Stream([col], [_hull(row)])
     if v.width != 1:
-        raise ctx.error(f"lookup keys must be one column, got width {v.width}")
+        raise ctx.error(f"lookup keys must be one column, got width {v.width}",
+                        "look up one column, tw.lookup(v[:, j], ...), or two with "
+                        "tw.lookup2(v[:, 0], v[:, 1], {(i, j): ...})")
     entries = {int(k): token_value(val) for k, val in table.items()}
     key = v.ranges[0]
     try:

@@ -161,7 +161,7 @@ def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
             f"up to {tolerance:.3g}, but the compiled input may be off by {rng.noise:.3g}, "
             "too far from the lattice to snap onto it; lower max_seq_len when the noise comes "
             "from tw.mean or tw.position (it grows with the length), average small whole "
-            "numbers (under 16 values) and scale the mean after (7 * tw.mean(d), not "
+            "numbers (hi - lo under 16) and scale the mean after (7 * tw.mean(d), not "
             "tw.mean(7 * d): from 2048 positions such a mean is counted exactly), or copy a "
             "table's result with torch.where(flag, v, 0) before scaling it up (fp32 rounds a "
             "large multiple of the table's column where it is read)", noisy=True)

@@ -104,3 +104,20 @@ def test_a_refusal_names_where_the_noise_comes_from():
     message = str(e.value)
     assert "noise comes from" in message and "mean at " in message, message
     assert "test_refusals_help.py" in message
+
+
+def test_noisy_whole_numbers_are_snapped_before_they_are_scaled():
+    """``100 * count >= 53 * (position + 1)`` at 512: the difference carries 100 times the
+    rounded count's noise (1.26, too much to snap), so each noisy whole term is snapped onto its
+    integers first (found by the advice audit: no spelling compiled before)."""
+
+    def prog(x):
+        count = torch.round(tw.mean(tw.is_token(x, "a").float()) * (tw.position(x) + 1))
+        share = 100 * count >= 53 * (tw.position(x) + 1)
+        return tw.emit(tw.is_token(x, "\n"), [torch.where(share, tw.token("a"), tw.token("b"))])
+
+    compiled = tw.compile(prog, vocab=AB, max_seq_len=512)
+    compiled.compile()
+    rng = random.Random(4)
+    balanced = ["".join(rng.sample("a" * n + "b" * (2 * n - n), 2 * n)) + "\n" for n in (5, 50)]
+    _right(compiled, balanced + _prompts(rng, "ab", 12, 200))

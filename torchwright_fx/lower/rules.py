@@ -102,12 +102,42 @@ def exact_within(ctx: LowerCtx, x: Stream, tolerance: float,
     itself (the rounding ops' ties), so any noisy lattice value may be snapped."""
     cols, ranges = list(x.cols), list(x.ranges)
     for i, (c, r) in enumerate(zip(x.cols, x.ranges, strict=True)):
-        if r.noise <= tolerance or not (reference_checked or reference_on_lattice(r)):
+        if r.noise <= tolerance:
             continue
-        exact = snapped(ctx, c, r)
+        exact = snapped(ctx, c, r) if reference_checked or reference_on_lattice(r) else None
+        if exact is None:  # too noisy as a whole: snap its noisy parts before they are scaled
+            exact = snapped_terms(ctx, c, r)
         if exact is not None:
             cols[i], ranges[i] = exact
     return Stream(cols, ranges, x.is_bool)
+
+
+def snapped_terms(ctx: LowerCtx, x: Lin, rng: Interval) -> tuple[Lin, Interval] | None:
+    """``x`` with each noisy signal it reads snapped onto that signal's own lattice first (where
+    the reference holds it there): ``100 * count - 53 * (position + 1)`` carries 100 times the
+    count's noise, too much to snap the difference, but the count itself snaps. Every term must
+    be the whole column of a node lowering certified (its facts are then the term's own, noise
+    included), so that the noise left is the unsnapped terms' share; None when that is not so,
+    when nothing could be snapped, or when it would not leave less noise."""
+    columns: dict[int, tuple[Lin, Interval]] = {}
+    for rec in ctx.prog.nodes.values():  # a column several nodes share: the most known of it
+        for col, iv in zip(rec.columns, rec.intervals, strict=True):
+            if len(col.terms) == 1 and next(iter(col.terms.values())) == 1.0:
+                sid, old = next(iter(col.terms)), columns.get(next(iter(col.terms)))
+                if old is None or (iv.lattice is not None, -iv.rounding, -iv.noise) > \
+                        (old[1].lattice is not None, -old[1].rounding, -old[1].noise):
+                    columns[sid] = (col, iv)
+    if not all(sid in columns for sid in x.terms):
+        return None
+    out, left, done = Lin.constant(x.const), 0.0, False
+    for sid, k in x.terms.items():
+        col, iv = columns[sid]  # the term s_sid is col - col.const
+        exact = snapped(ctx, col, iv) if iv.noise > 0 and reference_on_lattice(iv) else None
+        if exact is None:
+            out, left = out + Lin.of(sid) * k, left + abs(k) * iv.noise
+        else:
+            out, done = out + (exact[0] - col.const) * k, True
+    return (out, rng.with_noise(left)) if done and left < rng.noise else None
 
 
 def on_exact_inputs(ctx: LowerCtx, x: Stream, compute: Callable[[Stream], Stream],

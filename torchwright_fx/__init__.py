@@ -3,6 +3,7 @@
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
+from torchwright_fx.backends.circuit_exports import score_circuit
 from torchwright_fx.base.errors import CompileError, TorchwrightError
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.families.functions import piecewise, reciprocal
@@ -32,7 +33,8 @@ __all__ = [
     "Circuit", "CompileError", "Compiled", "InputError", "Traced", "Vocab", "argmax", "argmin",
     "check", "claim", "code", "compile", "digits_to_number", "emit", "equals", "gather",
     "is_token", "latch", "load_circuit", "lookup", "lookup2", "mean", "number_to_digits",
-    "piecewise", "position", "reciprocal", "aggregate", "select", "select_latest",
+    "piecewise", "position", "reciprocal", "aggregate", "score_circuit", "select",
+    "select_latest",
     "selector_width", "shift", "steps_since", "token", "trace",
     "TorchwrightError", "using_vocab", "verify",
 ]

@@ -16,7 +16,7 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.analysis.facts import analyse
-from torchwright_fx.backends import card, circuit, hf, runtime
+from torchwright_fx.backends import card, circuit, circuit_exports, hf, runtime
 from torchwright_fx.base.errors import (
     CompileError,
     InputError,
@@ -251,11 +251,15 @@ class Compiled:
         return verify(self, inputs, **options)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """A stock Phi-3 directory, with the model card (how to run it in each runtime) and
+        """A stock Phi-3 directory, with the model card (how to run it in each runtime),
         ``circuit.json`` (which heads, lanes and columns compute each fx node;
-        ``tw.load_circuit``)."""
+        ``tw.load_circuit``) and the ground truth for circuit discovery, ``edges.json`` and
+        ``components.json`` (docs/circuits.md)."""
+        truth = self._truth()  # the maps are built first: a failure writes nothing
+        maps = self.circuit(), self.edges(truth), self.components(truth)
         out = hf.save_pretrained(self.weights, self.vocab, directory, card=self.model_card())
-        circuit.write(out, self.circuit())
+        circuit.write(out, maps[0])
+        circuit_exports.write(out, maps[1], maps[2])
         return out
 
     def save_gguf(self, path: str | os.PathLike) -> Path:
@@ -270,6 +274,31 @@ class Compiled:
         b = self.build
         return circuit.circuit(self.traced.graph_module, b.program, b.plan, b.placement,
                                self.weights.d_head, self.fn.__name__)
+
+    def _truth(self) -> circuit_exports.Truth:
+        b = self.build
+        return circuit_exports.truth(b.program, b.plan, b.placement)
+
+    def edges(self, _truth: circuit_exports.Truth | None = None) -> dict[str, Any]:
+        """The ground-truth circuit as edge lists at head, Q/K/V and neuron (MLP lane)
+        granularity: ``edges.json`` (docs/circuits.md)."""
+        b = self.build
+        return circuit_exports.edges(b.program, b.plan, b.placement, self.weights.d_head,
+                                     self.fn.__name__, _truth or self._truth())
+
+    def components(self, _truth: circuit_exports.Truth | None = None) -> dict[str, Any]:
+        """The ground-truth components (each head, each fx node's MLP lanes) with their
+        TransformerLens hooks, role tags and source lines: ``components.json``
+        (docs/circuits.md)."""
+        b = self.build
+        return circuit_exports.components(self.traced.graph_module, b.program, b.plan,
+                                          b.placement, self.weights.d_head, self.fn.__name__,
+                                          self.fn, _truth or self._truth())
+
+    def score_circuit(self, found: Any, **options: Any) -> dict[str, Any]:
+        """``tw.score_circuit(found, self, **options)``: a discovered circuit against this
+        program's ground truth."""
+        return circuit_exports.score_circuit(found, self.edges(), **options)
 
     def to_onnx(self, directory: str | os.PathLike, *, hf_dir: str | os.PathLike | None = None
                 ) -> Path:

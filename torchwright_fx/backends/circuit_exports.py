@@ -1,0 +1,578 @@
+"""The ground truth in the formats circuit-discovery work reads: ``edges.json``,
+``components.json`` and ``score_circuit`` (docs/circuits.md documents every field).
+
+Both files are derived from the same placement the weights were written from (as
+``circuit.json`` is), at the level of single signals: a signal is one residual column written
+by one producer (the embedding, a head, some MLP lanes) and read by later heads (through Q, K
+or V), MLP lanes (through gate or up) and the unembedding. Node names follow EAP-IG and MIB
+(``input``, ``a{L}.h{H}``, ``m{L}``, ``logits``; an edge ``PARENT->CHILD`` with ``<q>``,
+``<k>`` or ``<v>`` when the child is a head), with MLP lanes as ``m{L}.n{i}`` (lane i of layer
+L's ``mlp.hook_post``, i.e. a column of ``down_proj``).
+
+Edge kinds: ``program`` (a value the program computes, from its writer to its reader),
+``cancel`` (a column's value read by the cancel head that zeroes it after its last read) and
+``reuse`` (a column written again after a cancel: every earlier writer of the column, and the
+cancel head, feed the new value's readers in the residual decomposition, and these
+contributions sum to exactly zero). ``score_circuit`` counts ``program`` edges as the truth by
+default and neither rewards nor penalises the bookkeeping kinds.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.fx
+
+from torchwright_fx.base.errors import node_source, op_name
+from torchwright_fx.emit.placement import CANCEL, Placement
+from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
+from torchwright_fx.schedule.plan import Plan
+
+EDGES_FORMAT = "torchwright_fx.edges/1"
+COMPONENTS_FORMAT = "torchwright_fx.components/1"
+EDGES_FILE = "edges.json"
+COMPONENTS_FILE = "components.json"
+GRANULARITIES = ("head", "qkv", "neuron")
+KINDS = ("program", "cancel", "reuse")  # by precedence, when a coarser edge merges several
+INPUT, LOGITS = "input", "logits"
+
+# -- the role taxonomy ----------------------------------------------------------------------------
+ROLES: dict[str, str] = {
+    "shift": "attention copying a value from a fixed distance back (tw.shift)",
+    "latch": "attention copying the value at the latest position where a condition held "
+             "(tw.latch, tw.select_latest)",
+    "gather": "attention copying a value from a computed position or from the best-scoring "
+              "one (tw.gather, tw.argmax, tw.argmin)",
+    "aggregate": "attention averaging a value over the positions a selector keeps "
+                 "(tw.aggregate, tw.mean)",
+    "count": "a selector width: the attention that measures how many positions a selector "
+             "keeps and the MLP lanes that decode the count (tw.selector_width, '.width')",
+    "position": "the position and distances: tw.position, tw.steps_since and the shared "
+                "position sub-results ('.position', '.inverse_count', '.position_squared')",
+    "select": "MLP features a selector's query and key compare ('.indicator')",
+    "lookup": "an MLP table from values to values (tw.lookup, tw.lookup2, tw.is_token, "
+              "tw.piecewise, tw.reciprocal, tw.number_to_digits)",
+    "compare": "comparisons and boolean logic (==, <, >=, torch.where, all, any, ...)",
+    "arithmetic": "other MLP arithmetic (*, //, %, floor, abs, min, max, digits_to_number, ...)",
+    "output": "the output's final choice of token (tw.emit)",
+    "cancel": "bookkeeping: a head that zeroes finished columns so they can be reused",
+    "other": "an op outside the cases above",
+}
+_OP_ROLES = {
+    "tw.shift": "shift", "tw.latch": "latch", "tw.select_latest": "latch",
+    "tw.gather": "gather", "tw.argmax": "gather", "tw.argmin": "gather",
+    "tw.aggregate": "aggregate", "tw.mean": "aggregate", "tw.selector_width": "count",
+    "tw.position": "position", "tw.steps_since": "position", "tw.select": "select",
+    "tw.lookup": "lookup", "tw.lookup2": "lookup", "tw.is_token": "lookup",
+    "tw.piecewise": "lookup", "tw.reciprocal": "lookup", "tw.number_to_digits": "lookup",
+    "tw.code": "lookup", "tw.token": "lookup", "tw.equals": "compare",
+    "tw.digits_to_number": "arithmetic", "tw.emit": "output",
+}
+_INTERNAL_ROLES = {"width": "count", "position": "position", "inverse_count": "position",
+                   "position_squared": "position", "indicator": "select"}
+_COMPARE = re.compile(r"\.(eq|ne|lt|le|gt|ge|where|all|any|and_|or_|xor|invert|not_|"
+                      r"logical_\w+|sign|bitwise_\w+)$")
+
+
+def role_of(op: str, name: str, attention: bool) -> str:
+    """The role tag of a component computing fx node ``name`` (op ``op``)."""
+    if name == CANCEL:
+        return "cancel"
+    if op == "internal":
+        return _INTERNAL_ROLES.get(name.split(".", 1)[-1], "other")
+    if op in _OP_ROLES:
+        return _OP_ROLES[op]
+    if _COMPARE.search(op):
+        return "compare"
+    return "other" if attention else "arithmetic"
+
+
+# -- the signal-level graph -----------------------------------------------------------------------
+@dataclass
+class Flow:
+    """One signal's (or one column's) contributions: every writer unit to every reader unit.
+    Units: ``input``, ``a{L}.h{H}``, ``m{L}.n{i}``, ``logits``; a reader is (unit, input) with
+    input "q", "k", "v" for heads, None otherwise."""
+
+    kind: str
+    signal: int
+    column: int
+    fx: str
+    writers: list[str]
+    readers: list[tuple[str, str | None]]
+
+
+@dataclass
+class Truth:
+    """What both exports are written from."""
+
+    flows: list[Flow]
+    heads: list[tuple[int, int, Head]]  # (layer, head index, head), cancel heads included
+    ffns: list[tuple[int, FFN, list[int]]]  # (layer, ffn, its lane indices)
+    n_cancel: dict[int, int] = field(default_factory=dict)  # layer -> first cancel head index
+
+
+def _owner(prog: Program, sid: int) -> str:
+    """The fx node whose lowering made signal ``sid``; the token input's name for every
+    embedding column (one-hot tokens and the per-token tables folded into the embedding)."""
+    sig = prog.signals[sid]
+    if sig.producer == EMBED:
+        m = re.match(r"(?:embed\()?(\w+)", sig.name)
+        return m.group(1) if m else sig.name
+    return prog.producers[sig.producer].name
+
+
+def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
+    cols = plan.columns
+    writers: dict[int, list[str]] = {}
+    readers: dict[int, list[tuple[str, str | None]]] = {}
+    cancel_of: dict[int, str] = {}  # signal -> the cancel head that zeroes it
+    heads, ffns, first_cancel = [], [], {}
+
+    def read(lins: Iterable[Any], unit: str, inp: str | None) -> None:
+        seen: set[int] = set()
+        for lin in lins:
+            seen |= {s for s, c in lin.terms.items() if c != 0.0 and s in cols}
+        for s in sorted(seen):
+            readers.setdefault(s, []).append((unit, inp))
+
+    for sid in cols:
+        if prog.signals[sid].producer == EMBED:
+            writers[sid] = [INPUT]
+    for i, layer in enumerate(placement.layers):
+        first = len(layer.heads) - layer.n_cancel
+        first_cancel[i] = first
+        for h, head in enumerate(layer.heads):
+            unit = f"a{i}.h{h}"
+            heads.append((i, h, head))
+            for letter, lins in (("q", head.q), ("k", head.k), ("v", head.v)):
+                read(lins, unit, letter)
+            for s in head.outputs:
+                if s in cols:
+                    if h >= first:
+                        cancel_of[s] = unit
+                    else:
+                        writers.setdefault(s, []).append(unit)
+        for lane, idx in sorted(layer.lane_index.items(), key=lambda kv: kv[1]):
+            read((lane.gate, lane.up), f"m{i}.n{idx}", None)
+        for f in layer.ffns:
+            local = layer.lanes_of(f)
+            ffns.append((i, f, local))
+            for s, weights in f.outputs.items():
+                if s in cols:
+                    writers.setdefault(s, []).extend(
+                        f"m{i}.n{local[j]}" for j, w in sorted(weights.items()) if w != 0.0)
+    read([prog.output], LOGITS, None)
+
+    flows: list[Flow] = []
+    for s in sorted(cols):
+        w = sorted(set(writers.get(s, [])), key=_unit_order)
+        r = readers.get(s, [])
+        cancel = cancel_of.get(s)
+        prog_readers = [x for x in r if x[0] != cancel]
+        if prog_readers:
+            flows.append(Flow("program", s, cols[s], _owner(prog, s), w, prog_readers))
+        if cancel is not None:
+            flows.append(Flow("cancel", s, cols[s], _owner(prog, s), w,
+                              [x for x in r if x[0] == cancel]))
+    # column reuse: every earlier occupant's writers and cancel head feed a later one's readers
+    by_column: dict[int, list[int]] = {}
+    for s in cols:
+        by_column.setdefault(cols[s], []).append(s)
+    for col, sids in by_column.items():
+        sids.sort(key=lambda s: (plan.signal_stage(prog, s), s))
+        before: list[str] = []
+        for s in sids:
+            if before and readers.get(s):
+                flows.append(Flow("reuse", s, col, _owner(prog, s),
+                                  sorted(set(before), key=_unit_order), readers[s]))
+            before += writers.get(s, [])
+            if s in cancel_of:
+                before.append(cancel_of[s])
+    return Truth(flows, heads, ffns, first_cancel)
+
+
+_UNIT = re.compile(r"^(?:a(\d+)\.h(\d+)|m(\d+)(?:\.n(\d+))?)$")
+
+
+def _unit_order(unit: str) -> tuple[int, int, int]:
+    """Forward order: input, then per layer its heads, then its MLP, then logits."""
+    if unit == INPUT:
+        return (-1, 0, 0)
+    if unit == LOGITS:
+        return (1 << 30, 0, 0)
+    m = _UNIT.match(unit)
+    if m is None:
+        return (1 << 29, 0, 0)
+    if m.group(1) is not None:
+        return (int(m.group(1)), 0, int(m.group(2)))
+    return (int(m.group(3)), 1, int(m.group(4) or 0))
+
+
+def coarsen(unit: str, granularity: str) -> str:
+    """A neuron-granularity unit at ``granularity``: lanes ``m{L}.n{i}`` become ``m{L}``."""
+    if granularity != "neuron" and unit.startswith("m") and ".n" in unit:
+        return unit.split(".", 1)[0]
+    return unit
+
+
+def edge_name(parent: str, child: str, inp: str | None) -> str:
+    return f"{parent}->{child}" + (f"<{inp}>" if inp else "")
+
+
+# -- edges.json -----------------------------------------------------------------------------------
+def _model(placement: Placement, plan: Plan, d_head: int) -> dict[str, Any]:
+    return {"architecture": "Phi3ForCausalLM", "n_layers": len(placement.layers),
+            "n_heads": placement.n_heads, "d_head": d_head, "d_model": plan.d_model,
+            "d_ff": placement.d_ff, "parallel_attn_mlp": False}
+
+
+def _edge_level(t: Truth, granularity: str) -> dict[str, Any]:
+    edges: dict[str, dict[str, Any]] = {}
+    for f in t.flows:
+        for w in f.writers:
+            for r, inp in f.readers:
+                p, c = coarsen(w, granularity), coarsen(r, granularity)
+                qkv = inp if granularity != "head" else None
+                name = edge_name(p, c, qkv)
+                e = edges.get(name)
+                if e is None:
+                    e = edges[name] = {"name": name, "parent": p, "child": c, "input": qkv,
+                                       "kind": f.kind, "fx": [], "signals": []}
+                elif KINDS.index(f.kind) < KINDS.index(e["kind"]):
+                    e["kind"] = f.kind
+                if f.fx not in e["fx"]:
+                    e["fx"].append(f.fx)
+                if f.signal not in e["signals"]:
+                    e["signals"].append(f.signal)
+    out = sorted(edges.values(), key=lambda e: (_unit_order(e["child"]), e["input"] or "",
+                                                _unit_order(e["parent"])))
+    nodes = sorted({e["parent"] for e in out} | {e["child"] for e in out} | {INPUT, LOGITS},
+                   key=_unit_order)
+    return {"granularity": granularity, "nodes": nodes, "edges": out}
+
+
+def _neuron_level(t: Truth) -> dict[str, Any]:
+    flows = [{"kind": f.kind, "signal": f.signal, "column": f.column, "fx": f.fx,
+              "from": f.writers, "to": [edge_name("", r, inp)[2:] for r, inp in f.readers]}
+             for f in t.flows]
+    nodes = sorted({u for f in t.flows for u in f.writers}
+                   | {r for f in t.flows for r, _ in f.readers} | {INPUT, LOGITS},
+                   key=_unit_order)
+    n_edges = len({(w, r) for f in t.flows for w in f.writers for r in f.readers})
+    return {"granularity": "neuron", "nodes": nodes, "n_edges": n_edges, "flows": flows}
+
+
+def edges(prog: Program, plan: Plan, placement: Placement, d_head: int, name: str,
+          t: Truth | None = None) -> dict[str, Any]:
+    """The edge lists at the three granularities, as a JSON-ready dict."""
+    t = t or truth(prog, plan, placement)
+    return {"format": EDGES_FORMAT, "program": name, "model": _model(placement, plan, d_head),
+            "kinds": {"program": "a value of the program, from its writer to its reader",
+                      "cancel": "a finished value, to the cancel head that zeroes its column",
+                      "reuse": "a reused column: earlier writers and cancel heads to the new "
+                               "value's readers (their contributions sum to zero)"},
+            "granularities": {"head": _edge_level(t, "head"), "qkv": _edge_level(t, "qkv"),
+                              "neuron": _neuron_level(t)}}
+
+
+# -- components.json ------------------------------------------------------------------------------
+def _head_hooks(layer: int, h: int) -> dict[str, Any]:
+    a = f"blocks.{layer}.attn"
+    return {"hook": f"{a}.hook_z", "index": h, "selector": f"{a}.hook_z[:, :, {h}]",
+            "hook_bridge": f"{a}.o.hook_in", "hook_legacy": f"{a}.hook_result[{h}]",
+            "hooks": {"q": f"{a}.hook_q", "k": f"{a}.hook_k", "v": f"{a}.hook_v",
+                      "pattern": f"{a}.hook_pattern", "z": f"{a}.hook_z"}}
+
+
+def _lane_hooks(layer: int, lanes: list[int]) -> dict[str, Any]:
+    m = f"blocks.{layer}.mlp"
+    return {"hook": f"{m}.hook_post", "index": lanes,
+            "selector": f"{m}.hook_post[:, :, {lanes}]", "hook_bridge": f"{m}.out.hook_in",
+            "hook_legacy": f"{m}.hook_post{lanes}",
+            "hooks": {"gate": f"{m}.hook_pre", "up": f"{m}.hook_pre_linear",
+                      "post": f"{m}.hook_post"}}
+
+
+def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Placement,
+               d_head: int, name: str, fn: Callable[..., Any] | None = None,
+               t: Truth | None = None) -> dict[str, Any]:
+    """The component list (one per head, one per MLP lane group of an fx node), as a dict."""
+    t = t or truth(prog, plan, placement)
+    fx = {n.name: (op_name(n), node_source(n)) for n in gm.graph.nodes
+          if n.op not in ("placeholder", "output")}
+    for p in prog.producers.values():
+        fx.setdefault(p.name, ("internal", p.source))
+    parents: dict[str, dict[str | None, set[str]]] = {}  # unit -> input -> parent fx nodes
+    feeds_logits: set[str] = set()
+    for f in t.flows:
+        if f.kind == "reuse":
+            continue
+        for r, inp in f.readers:
+            parents.setdefault(r, {}).setdefault(inp, set()).add(f.fx)
+            if r == LOGITS:
+                feeds_logits.update(f.writers)
+    writes: dict[str, list[dict[str, Any]]] = {}
+    for f in t.flows:
+        if f.kind == "program" or (f.kind == "cancel" and f.writers):
+            for w in f.writers:
+                entry = {"signal": f.signal, "column": f.column, "fx": f.fx}
+                if entry not in writes.setdefault(w, []):
+                    writes[w].append(entry)
+
+    out: list[dict[str, Any]] = []
+    for layer, h, head in t.heads:
+        unit = f"a{layer}.h{h}"
+        cancel = h >= t.n_cancel[layer]
+        node = CANCEL if cancel else head.name
+        op, source = ("", "") if cancel else fx.get(node, ("internal", head.source))
+        comp: dict[str, Any] = {"id": unit, "kind": "head", "layer": layer, "head": h,
+                                **_head_hooks(layer, h), "role": role_of(op, node, True),
+                                "fx_node": None if cancel else node, "op": op or None,
+                                "source": source or None}
+        reads = parents.get(unit, {})
+        comp["reads"] = {x: sorted(reads.get(x, ())) for x in "qkv"}
+        if cancel:
+            comp["cancels"] = [{"signal": s, "column": plan.columns[s], "fx": _owner(prog, s)}
+                               for s in head.outputs if s in plan.columns]
+            comp["writes"] = []
+            comp["note"] = ("zeroes " + ", ".join(sorted({c["fx"] for c in comp["cancels"]}))
+                            + " after the last read")
+        else:
+            comp["writes"] = writes.get(unit, [])
+            comp["note"] = _note(comp)
+        comp["feeds_logits"] = unit in feeds_logits
+        out.append(comp)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for layer, ffn, local in t.ffns:
+        groups.setdefault((layer, ffn.name), []).extend(local)
+    owners: dict[tuple[int, int], set[str]] = {}
+    for (layer, node), lanes in groups.items():
+        for i in lanes:
+            owners.setdefault((layer, i), set()).add(node)
+    for (layer, node), lanes in sorted(groups.items()):
+        lanes = sorted(set(lanes))
+        units = [f"m{layer}.n{i}" for i in lanes]
+        op, source = fx.get(node, ("internal", ""))
+        lane_reads: set[str] = set()
+        for u in units:
+            lane_reads |= parents.get(u, {}).get(None, set())
+        shared = sorted({o for i in lanes for o in owners[layer, i]} - {node})
+        comp = {"id": f"m{layer}:{node}", "kind": "lanes", "layer": layer, "lanes": lanes,
+                **_lane_hooks(layer, lanes), "role": role_of(op, node, False),
+                "fx_node": node, "op": op, "source": source or None,
+                "reads": {"gate_up": sorted(lane_reads)},
+                "writes": [w for u in units for w in writes.get(u, []) if w["fx"] == node],
+                "shared_with": shared, "feeds_logits": any(u in feeds_logits for u in units)}
+        comp["writes"] = [dict(x) for x in {(w["signal"], w["column"], w["fx"]): w
+                                            for w in comp["writes"]}.values()]
+        comp["note"] = _note(comp)
+        out.append(comp)
+    source_code = None
+    if fn is not None:
+        try:
+            source_code = inspect.getsource(fn)
+        except (OSError, TypeError):
+            pass
+    return {"format": COMPONENTS_FORMAT, "program": name,
+            "model": _model(placement, plan, d_head), "roles": ROLES,
+            "program_source": source_code, "components": out}
+
+
+def _note(comp: dict[str, Any]) -> str:
+    reads = comp["reads"]
+    parts = [f"{k} reads {', '.join(v)}" for k, v in reads.items() if v]
+    what = f"{comp['op']} `{comp['fx_node']}`" if comp["op"] != "internal" else \
+        f"`{comp['fx_node']}`"
+    cols = sorted({w["column"] for w in comp["writes"]})
+    text = f"{what}, role {comp['role']}"
+    if parts:
+        text += "; " + "; ".join(parts)
+    if cols:
+        text += f"; writes column{'s' if len(cols) > 1 else ''} {', '.join(map(str, cols))}"
+    return text + ("; read by the unembedding" if comp.get("feeds_logits") else "")
+
+
+def write(directory: str | os.PathLike, edge_data: dict[str, Any],
+          component_data: dict[str, Any]) -> tuple[Path, Path]:
+    d = Path(directory)
+    (d / EDGES_FILE).write_text(json.dumps(edge_data, indent=1))
+    (d / COMPONENTS_FILE).write_text(json.dumps(component_data, indent=1))
+    return d / EDGES_FILE, d / COMPONENTS_FILE
+
+
+# -- scoring --------------------------------------------------------------------------------------
+_HOOK = re.compile(r"^blocks\.(\d+)\.(attn|mlp)\.(?:hook_\w+|o\.hook_in|out\.hook_in)"
+                   r"(?:\[([\d, ]*)\])?$")
+_EDGE = re.compile(r"^(.+?)->(.+?)(?:<([qkv])>)?$")
+
+
+def node_name(name: str | tuple[str, Any]) -> list[str]:
+    """Our node name(s) for a found node: an EAP-IG name (``a1.h2``, ``m0``, ``m0.n5``), a
+    TransformerLens hook with its index (``blocks.1.attn.hook_z[2]``,
+    ``blocks.1.attn.hook_result[2]``, ``blocks.0.mlp.hook_post[3, 4]``,
+    ``blocks.0.hook_mlp_out``) or a (hook, index) pair."""
+    if isinstance(name, tuple):
+        hook, index = name
+        idx = index if isinstance(index, list | tuple) else [index]
+        name = f"{hook}[{', '.join(str(i) for i in idx)}]"
+    if _UNIT.match(name) or name in (INPUT, LOGITS):
+        return [name]
+    m = re.match(r"^blocks\.(\d+)\.hook_mlp_out$", name)
+    if m:
+        return [f"m{m.group(1)}"]
+    m = _HOOK.match(name)
+    if m is None:
+        raise ValueError(f"not a node name: {name!r} (expected input, a1.h2, m0, m0.n5, logits "
+                         "or a TransformerLens hook such as blocks.1.attn.hook_z[2])")
+    layer, sub, listed = m.group(1), m.group(2), m.group(3)
+    indices = [int(i) for i in listed.split(",") if i.strip()] if listed else []
+    if sub == "attn":
+        if len(indices) != 1:
+            raise ValueError(f"{name!r}: name one head, e.g. blocks.{layer}.attn.hook_z[0]")
+        return [f"a{layer}.h{indices[0]}"]
+    return [f"m{layer}.n{i}" for i in indices] if indices else [f"m{layer}"]
+
+
+def _selected(items: Any, threshold: float | None) -> tuple[list[Any], bool]:
+    """The names a found collection selects, and whether it was scored (a dict)."""
+    if isinstance(items, Mapping):
+        chosen = []
+        for k, v in items.items():
+            if isinstance(v, Mapping):  # EAP-IG / MIB: {"score": x, "in_graph": b}
+                if threshold is not None and v.get("score") is not None:
+                    keep = abs(float(v["score"])) >= threshold
+                else:
+                    keep = bool(v.get("in_graph", True))
+            elif isinstance(v, bool):
+                keep = v
+            else:
+                if threshold is None:
+                    raise ValueError("found holds scores: pass threshold= (|score| >= "
+                                     "threshold is found)")
+                keep = abs(float(v)) >= threshold
+            if keep:
+                chosen.append(k)
+        return chosen, True
+    return list(items), False
+
+
+def _is_edge(x: Any) -> bool:
+    return (isinstance(x, str) and "->" in x) or (isinstance(x, tuple) and len(x) in (2, 3)
+                                                   and all(isinstance(y, str | None) for y in x)
+                                                   and not re.match(r"^blocks\.", str(x[0])))
+
+
+def _parse_edge(x: Any) -> tuple[str, str, str | None]:
+    if isinstance(x, str):
+        m = _EDGE.match(x)
+        if m is None:
+            raise ValueError(f"not an edge: {x!r} (expected PARENT->CHILD or PARENT->CHILD<q>)")
+        return m.group(1), m.group(2), m.group(3)
+    return (x[0], x[1], x[2] if len(x) == 3 else None)
+
+
+def _load_truth(truth: Any) -> dict[str, Any]:
+    if isinstance(truth, str | os.PathLike):
+        p = Path(truth)
+        truth = json.loads((p / EDGES_FILE if p.is_dir() else p).read_text())
+    elif hasattr(truth, "edges") and callable(truth.edges):  # a Compiled
+        truth = truth.edges()
+    if not isinstance(truth, Mapping) or truth.get("format") != EDGES_FORMAT:
+        raise ValueError(f"truth: an {EDGES_FILE} (its dict, its path or its directory) or a "
+                         "compiled program")
+    return dict(truth)
+
+
+def _truth_edges(level: dict[str, Any]) -> list[tuple[str, str, str | None, str]]:
+    if "edges" in level:
+        return [(e["parent"], e["child"], e["input"], e["kind"]) for e in level["edges"]]
+    out = set()
+    for f in level["flows"]:
+        for w in f["from"]:
+            for r in f["to"]:
+                child, _, inp = r.partition("<")
+                out.add((w, child, inp.rstrip(">") or None, f["kind"]))
+    return list(out)
+
+
+def _prf(found: set[Any], true: set[Any], ignored: set[Any]) -> dict[str, Any]:
+    found = found - (ignored - true)
+    tp = len(found & true)
+    p = tp / len(found) if found else 0.0
+    r = tp / len(true) if true else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
+
+    def names(xs: set[Any]) -> list[str]:
+        return sorted((x if isinstance(x, str) else edge_name(*x) for x in xs),
+                      key=lambda n: (_unit_order(n.split("->")[0]), n))
+
+    return {"precision": p, "recall": r, "f1": f1, "tp": tp, "fp": len(found - true),
+            "fn": len(true - found), "false_positives": names(found - true),
+            "missed": names(true - found)}
+
+
+def score_circuit(found: Any, truth: Any, granularity: str | None = None,
+                  threshold: float | None = None,
+                  kinds: Iterable[str] = ("program",),
+                  ignore: Iterable[str] = ("cancel", "reuse")) -> dict[str, Any]:
+    """Precision, recall and F1 of a discovered circuit against the ground truth, over nodes
+    and (when ``found`` names edges) over edges, at one granularity (docs/circuits.md).
+
+    ``found``: a collection of node names and/or edge names (``a0.h1``, ``m2``, ``m2.n7``,
+    ``blocks.1.attn.hook_z[2]``; ``a0.h1->a1.h0<q>``, ``(parent, child[, input])``); a dict of
+    such names to scores (with ``threshold``: |score| >= threshold is found) or to booleans;
+    ``{"nodes": ..., "edges": ...}`` with either of those; or an EAP-IG / MIB graph JSON
+    (``{"nodes": {name: {"in_graph": ...}}, "edges": {name: {"score": ..., "in_graph":
+    ...}}}``; ``threshold`` then overrides ``in_graph``). ``truth``: an ``edges.json`` dict,
+    its path, its directory or a compiled program. ``granularity``: ``head``, ``qkv`` or
+    ``neuron`` (default: the finest that ``found`` names; finer names are coarsened).
+    ``kinds``: the edge kinds that are the truth; edges and nodes only of the ``ignore``
+    kinds are neither found nor missed. ``input`` and ``logits`` are not scored as nodes."""
+    data = _load_truth(truth)
+    if isinstance(found, Mapping) and ("nodes" in found or "edges" in found):
+        node_items, scored_n = _selected(found.get("nodes", []), threshold)
+        edge_items, scored_e = _selected(found.get("edges", []), threshold)
+        has_edges = "edges" in found
+    else:
+        items, _ = _selected(found, threshold)
+        node_items = [x for x in items if not _is_edge(x)]
+        edge_items = [x for x in items if _is_edge(x)]
+        has_edges = bool(edge_items)
+    found_nodes = {n for x in node_items for n in node_name(x)}
+    found_edges = {_parse_edge(x) for x in edge_items}
+    for p, c, _ in list(found_edges):
+        found_nodes |= {*node_name(p), *node_name(c)}
+    if granularity is None:
+        every = found_nodes | {u for p, c, _ in found_edges for u in (p, c)}
+        granularity = ("neuron" if any(".n" in u for u in every) else
+                       "qkv" if any(i for _, _, i in found_edges) else "head")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity: one of {GRANULARITIES}, not {granularity!r}")
+    if granularity in ("qkv", "neuron") and found_edges and \
+            any(i is None and _UNIT.match(c) and c.startswith("a") for _, c, i in found_edges):
+        raise ValueError(f"an edge into a head names no <q>, <k> or <v>: score at "
+                         f"granularity='head', not {granularity!r}")
+    kinds, ignore = set(kinds), set(ignore)
+
+    def level(x: str) -> str:
+        return coarsen(x, granularity)
+
+    found_nodes = {level(n) for n in found_nodes} - {INPUT, LOGITS}
+    found_edges = {(level(p), level(c), i if granularity != "head" else None)
+                   for p, c, i in found_edges}
+    t_edges = _truth_edges(data["granularities"][granularity])
+    true_e = {(p, c, i) for p, c, i, k in t_edges if k in kinds}
+    ign_e = {(p, c, i) for p, c, i, k in t_edges if k in ignore}
+    true_n = {u for p, c, _ in true_e for u in (p, c)} - {INPUT, LOGITS}
+    ign_n = {u for p, c, _ in ign_e for u in (p, c)} - {INPUT, LOGITS}
+    return {"granularity": granularity, "kinds": sorted(kinds),
+            "nodes": _prf(found_nodes, true_n, ign_n),
+            "edges": _prf(found_edges, true_e, ign_e) if has_edges else None}

@@ -42,6 +42,7 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
     if op in ("lt", "le"):
         a, b, op = b, a, {"lt": "gt", "le": "ge"}[op]
     scales: list[float | None] = [None] * w
+    shown = -1 if is_const(a) and not is_const(b) else 1  # the steps see -b against -a
     if is_const(b):
         x, ts = to_stream(a, w), const_vector(b, w)
     elif is_const(a):
@@ -66,7 +67,7 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
         with user_errors(ctx):
             for c, r, t, scale in zip(x.cols, x.ranges, ts, scales, strict=True):
                 values = value_set(ctx, c, r)
-                refuse_ties(r, values, [read_float(t)], "this comparison", scale)
+                refuse_ties(r, values, [read_float(t)], "this comparison", scale, shown)
                 refuse_unheld_constant(t, r, values, "this comparison")
                 fs.append(_compare_pwl(op, t, values))
                 ffn.check_resolution(r, values, "comparison", COMPARE_ADVICE)

@@ -131,9 +131,12 @@ def landing(rng: Interval, values: Grid | Fractions | None,
 
 def refuse_ties(rng: Interval, values: Grid | Fractions | None,
                 thresholds: list[Fraction] | tuple[Fraction, Fraction], what: str,
-                scale: float | None = None) -> None:
+                scale: float | None = None, shown_sign: int = 1) -> None:
+    """Refuse a step whose threshold the reference may land on or tie at (``shown_sign``: -1
+    when the caller compares the negated value, so the message shows the user's threshold)."""
     t = landing(rng, values, thresholds, scale)
     if t is not None:
+        t = t * shown_sign
         raise RangeError(
             f"not exact: {what} has a threshold at {float(t)!r}, and the value can be within "
             "fp32's rounding of it without being it (a mean of 1/3 is 0.3333333432674408 in "
@@ -147,6 +150,7 @@ def refuse_ties(rng: Interval, values: Grid | Fractions | None,
                 "integral=True); n // 10, not torch.floor(n * 0.1))"))
     t = tie(rng, values, thresholds)
     if t is not None:
+        t = t * shown_sign
         raise RangeError(
             f"not exact: {what} has a threshold at {float(t):g}, and the value can be exactly "
             f"{float(t):g} in exact arithmetic while the reference, computing in fp32 through "

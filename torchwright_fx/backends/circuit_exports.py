@@ -116,7 +116,7 @@ class Truth:
     flows: list[Flow]
     heads: list[tuple[int, int, Head]]  # (layer, head index, head), cancel heads included
     ffns: list[tuple[int, FFN, list[int]]]  # (layer, ffn, its lane indices)
-    n_cancel: dict[int, int] = field(default_factory=dict)  # layer -> first cancel head index
+    first_cancel: dict[int, int] = field(default_factory=dict)  # layer -> its first cancel head
 
 
 def _owner(prog: Program, sid: int) -> str:
@@ -130,6 +130,8 @@ def _owner(prog: Program, sid: int) -> str:
 
 
 def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
+    """Every signal's writers and readers (and every reused column's), from the placement the
+    weights were written from."""
     cols = plan.columns
     writers: dict[int, list[str]] = {}
     readers: dict[int, list[tuple[str, str | None]]] = {}
@@ -330,7 +332,7 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
     out: list[dict[str, Any]] = []
     for layer, h, head in t.heads:
         unit = f"a{layer}.h{h}"
-        cancel = h >= t.n_cancel[layer]
+        cancel = h >= t.first_cancel[layer]
         node = CANCEL if cancel else head.name
         op, source = ("", "") if cancel else fx.get(node, ("internal", head.source))
         comp: dict[str, Any] = {"id": unit, "kind": "head", "layer": layer, "head": h,

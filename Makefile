@@ -131,3 +131,19 @@ bench-tracr: $(TRACR_STAMP) $(STAMP)
 	OMP_NUM_THREADS=1 XLA_FLAGS=--xla_cpu_multi_thread_eigen=false \
 		$(TRACR_PY) scripts/tracr/bench_tracr.py
 	OMP_NUM_THREADS=1 $(PY) scripts/tracr/compare.py
+
+# TransformerLens hooks of the ground truth (issue 34; not part of `make test`;
+# docs/circuits.md): the RASP programs (inputs up to 4 long) and three examples saved by .venv
+# under build/interp, then every hook their components.json names looked up in a
+# TransformerBridge of each directory, in the venv of `make runtime-tl` (built here if absent:
+# about 1.6 GB).
+INTERP_DIR := build/interp
+.PHONY: interp-loaders
+
+$(INTERP_DIR)/.saved: $(STAMP) scripts/attribution_check.py $(wildcard torchwright_fx/*/*.py examples/rasp/*.py)
+	rm -rf $(INTERP_DIR)
+	$(PY) scripts/attribution_check.py --save $(INTERP_DIR)
+	touch $@
+
+interp-loaders: $(INTERP_DIR)/.saved $(TL_VENV)/.installed
+	$(TL_VENV)/bin/python scripts/runtimes/check_tl_hooks.py $(INTERP_DIR)

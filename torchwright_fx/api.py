@@ -174,27 +174,71 @@ class Compiled:
                              f"{self.options.max_seq_len}")
         return ids
 
-    def reference_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
+    # reference_ids asks the compiled runtime for a draft of the rest of the answer after this
+    # many tokens found one eager run each, if those runs took longer than this on average (s)
+    DRAFT_AFTER = 8
+    DRAFT_SECONDS = 0.003
+
+    def reference_ids(self, ids: Sequence[int], max_new_tokens: int | None = None,
+                      draft: Sequence[int] | None = None) -> list[int]:
         """Greedy generation by the eager semantics: the new ids (eos excluded), at most
-        ``max_new_tokens`` of them."""
+        ``max_new_tokens`` of them.
+
+        The eager function has no incremental form: each run evaluates the whole sequence, so
+        one run per new token is quadratic in a long answer (measured: about 1 ms a run at
+        8,192 positions for the long-context programs of the tests, so 4,000 new tokens cost
+        seconds). It is causal (position t's output depends on tokens up to t), so one run
+        over the sequence followed by a *draft* of the answer checks every drafted token at
+        once: the answer is the reference's own whatever the draft, and a right draft costs
+        one run. ``draft``: the ids expected (``verify`` passes the backend's answer). When
+        ``DRAFT_AFTER`` tokens were found one run each and those runs took longer than
+        ``DRAFT_SECONDS`` on average (about what the runtime spends on a token), a compiled
+        program's KV-cached runtime drafts the rest of the answer."""
         seq = list(ids)
         new: list[int] = []
         limit = self.options.max_seq_len if max_new_tokens is None else \
             min(self.options.max_seq_len, len(seq) + max_new_tokens)
+        pending = list(draft or [])
+        alone, spent = 0, 0.0  # tokens found one run each since the last draft, their time
         while len(seq) < limit:
-            code = float(self.traced.run(seq)[-1])
-            nxt = round(code)
-            if not 0 <= nxt < len(self.vocab) or abs(code - nxt) > CODE_TOLERANCE:
-                raise ValueError(f"the program output {code} at position {len(seq) - 1}, "
-                                 f"which is not a token code (0..{len(self.vocab) - 1}): "
-                                 "return whole token codes (tw.token, tw.emit, tw.lookup)")
-            if nxt == self.vocab.eos_id:
-                break
-            if nxt == self.vocab.bos_id:
-                raise ValueError(BOS_OUTPUT.format(position=len(seq) - 1))
-            seq.append(nxt)
-            new.append(nxt)
+            if not pending and alone >= self.DRAFT_AFTER and \
+                    spent > alone * self.DRAFT_SECONDS:
+                pending, alone, spent = self._draft(seq, limit), 0, 0.0
+            guess, pending = pending[: limit - len(seq) - 1], []
+            start = time.perf_counter()
+            codes = self.traced.run(seq + guess)
+            if not guess:
+                alone += 1
+                spent += time.perf_counter() - start
+            for j in range(len(guess) + 1):
+                nxt = self._reference_token(float(codes[len(seq) - 1]), len(seq) - 1)
+                if nxt == self.vocab.eos_id:
+                    return new
+                seq.append(nxt)
+                new.append(nxt)
+                if j == len(guess) or guess[j] != nxt:
+                    break  # the draft is wrong from here (or used up)
         return new
+
+    def _reference_token(self, code: float, position: int) -> int:
+        nxt = round(code)
+        if not 0 <= nxt < len(self.vocab) or abs(code - nxt) > CODE_TOLERANCE:
+            raise ValueError(f"the program output {code} at position {position}, "
+                             f"which is not a token code (0..{len(self.vocab) - 1}): "
+                             "return whole token codes (tw.token, tw.emit, tw.lookup)")
+        if nxt == self.vocab.bos_id:
+            raise ValueError(BOS_OUTPUT.format(position=position))
+        return nxt
+
+    def _draft(self, seq: list[int], limit: int) -> list[int]:
+        """The compiled runtime's answer after ``seq`` (nothing when not compiled yet, not a
+        token program, or the runtime refuses)."""
+        if self._build is None or self.options.output != "code":
+            return []
+        try:
+            return self._runtime(torch.float32).generate_ids(seq, limit - len(seq))
+        except InputError:
+            return []
 
     def reference(self, text: str, allow_unknown: bool = False) -> str:
         return self.vocab.decode(self.reference_ids(self._prompt_ids(text, allow_unknown)))
@@ -224,23 +268,37 @@ class Compiled:
                       stacklevel=2)
         return self.weights
 
-    def logits(self, ids: Sequence[int]) -> torch.Tensor:
-        return runtime.forward(self.weights, ids)[0]
+    def _runtime(self, dtype: torch.dtype) -> runtime.Runtime:
+        """The in-process runtime in ``dtype`` (its cast weights kept per dtype)."""
+        runtimes = self.__dict__.setdefault("_runtimes", {})
+        if dtype not in runtimes:
+            runtimes[dtype] = runtime.Runtime(self.weights, dtype)
+        return runtimes[dtype]
 
-    def generate_ids(self, ids: Sequence[int]) -> list[int]:
+    def logits(self, ids: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Logits ``[T, vocab]`` by the in-process runtime, computed in ``dtype`` as
+        transformers' eager Phi-3 computes in it."""
+        return self._runtime(dtype).logits(ids)
+
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None, *,
+                     dtype: torch.dtype = torch.float32) -> list[int]:
         if self.options.output != "code":
             raise CompileError(f"{self.fn.__name__} was compiled with output="
                                f"{self.options.output!r}: its output is not certified as "
                                "token codes, so it does not generate; compile with "
                                "output='code'")
-        return runtime.generate(self.weights, ids)
+        return self._runtime(dtype).generate_ids(ids, max_new_tokens)
 
-    def generate(self, text: str, allow_unknown: bool = False) -> str:
-        """Greedy generation by the compiled weights (in-process runtime). Unknown characters
-        raise InputError unless ``allow_unknown`` (then they are ``<unk>``, as in the Phi-3
-        tokenizer); a prompt that does not fit max_seq_len raises InputError; generation stops
-        at ``<eos>`` or at max_seq_len."""
-        return self.vocab.decode(self.generate_ids(self._prompt_ids(text, allow_unknown)))
+    def generate(self, text: str, allow_unknown: bool = False, *,
+                 dtype: torch.dtype = torch.float32) -> str:
+        """Greedy generation by the compiled weights (in-process runtime, KV-cached: O(n) per
+        new token), computed in ``dtype`` (float32; float16 or bfloat16 as transformers'
+        eager Phi-3 computes in them: builds certified for fp32 may be wrong there). Unknown
+        characters raise InputError unless ``allow_unknown`` (then they are ``<unk>``, as in
+        the Phi-3 tokenizer); a prompt that does not fit max_seq_len raises InputError;
+        generation stops at ``<eos>`` or at max_seq_len."""
+        return self.vocab.decode(self.generate_ids(self._prompt_ids(text, allow_unknown),
+                                                   dtype=dtype))
 
     def probe(self, text: str, tolerance: float = 1e-3) -> Any:
         """Node-by-node diff of the compiled model against the reference (``verify.probe``)."""

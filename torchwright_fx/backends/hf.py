@@ -137,13 +137,13 @@ def save_pretrained(m: Machine, vocab: Vocab, directory: str | os.PathLike,
 
 
 class TransformersRunner:
-    """A Phi-3 directory loaded by ``AutoModelForCausalLM`` in float32, as a runner
-    (``backends/protocol.py``): what a user of the directory gets."""
+    """A Phi-3 directory loaded by ``AutoModelForCausalLM`` in ``dtype`` (float32 unless
+    given), as a runner (``backends/protocol.py``): what a user of the directory gets."""
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike, dtype: torch.dtype = torch.float32):
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).eval()
         config = self.model.config
         self.max_seq_len = int(config.max_position_embeddings)
         self.eos_id = int(config.eos_token_id)

@@ -83,12 +83,16 @@ class Weights:
         self.layers = [tuple(cast(t) for t in (la.qkv, la.o, la.gate_up, la.down, la.norm_attn,
                                                la.norm_mlp)) for la in m.layers]
         self._cos = self._sin = torch.empty(0)
-        # per layer, the heads with any Q, K or V weight (None: all of them)
-        self.live: list[torch.Tensor | None] = []
+        # per layer, the heads with any Q, K or V weight first, then the others (None: every
+        # head has weights), and how many have weights: the K/V cache keeps heads in this
+        # order, so that the live ones are one slice
+        self.order: list[torch.Tensor | None] = []
+        self.live: list[int] = []
         for la in m.layers:
             per_head = la.qkv.reshape(3, m.n_heads, m.d_head, -1).ne(0).any(-1).any(-1).any(0)
-            self.live.append(None if bool(per_head.all()) else
-                             torch.nonzero(per_head).flatten())
+            self.live.append(int(per_head.sum()))
+            self.order.append(None if bool(per_head.all()) else
+                              torch.argsort(~per_head, stable=True))
 
     def rotary(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for positions start..end-1, computed in fp32 and cast to the dtype."""
@@ -102,7 +106,8 @@ class Weights:
 def _block() -> int:
     """Rows from which MKL's matmul gives each row the same sums whatever the height (measured:
     from 4 rows on one thread, 12 on two or eight, 28 on sixteen)."""
-    return 16 if torch.get_num_threads() <= 8 else 32
+    threads = torch.get_num_threads()
+    return 4 if threads == 1 else 16 if threads <= 8 else 32
 
 
 class KVCache:
@@ -116,6 +121,8 @@ class KVCache:
         self.v = [torch.empty(shape, dtype=w.dtype) for _ in m.layers]
         self.ids: list[int] = []
         self.capacity = capacity
+        # per layer: a non-finite input reached it (its dead heads' K/V are not all 0 then)
+        self.nonfinite = [False] * len(m.layers)
 
     @property
     def length(self) -> int:
@@ -170,18 +177,27 @@ def _attention(w: Weights, index: int, x: torch.Tensor, cos: torch.Tensor, sin: 
     q, k, v = (t.reshape(rows, m.n_heads, m.d_head).transpose(0, 1)
                for t in (qkv[:, :hd], qkv[:, hd:2 * hd], qkv[:, 2 * hd:]))
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    order, live = w.order[index], w.live[index]
+    if order is not None:
+        q, k, v = q[order], k[order], v[order]
     end = start + n
     if cache is not None:
         cache.k[index][:, start:end] = k[:, rows - n:]
         cache.v[index][:, start:end] = v[:, rows - n:]
         k, v = cache.k[index][:, :end], cache.v[index][:, :end]
-    live = w.live[index]
-    if live is None or not bool(torch.isfinite(x).all()):
-        out = _attend(q, k, v, start, rows - n, m.d_head ** -0.5)
-    else:  # a head with no Q, K or V weights adds exactly 0 (its values are 0 when x is finite)
+    scale = m.d_head ** -0.5
+    if order is None:
+        out = _attend(q, k, v, start, rows - n, scale)
+    else:  # a head with no Q, K or V weights adds exactly 0 while x is finite (its q, k, v are 0)
         out = q.new_zeros(q.shape)
-        if len(live):
-            out[live] = _attend(q[live], k[live], v[live], start, rows - n, m.d_head ** -0.5)
+        finite = bool(torch.isfinite(x).all())
+        if cache is not None:
+            cache.nonfinite[index] |= not finite
+            finite = not cache.nonfinite[index]
+        if not finite:
+            out[order] = _attend(q, k, v, start, rows - n, scale)
+        elif live:
+            out[order[:live]] = _attend(q[:live], k[:live], v[:live], start, rows - n, scale)
     return out.transpose(0, 1).reshape(rows, hd) @ o_w.T
 
 

@@ -121,3 +121,26 @@ def test_noisy_whole_numbers_are_snapped_before_they_are_scaled():
     rng = random.Random(4)
     balanced = ["".join(rng.sample("a" * n + "b" * (2 * n - n), 2 * n)) + "\n" for n in (5, 50)]
     _right(compiled, balanced + _prompts(rng, "ab", 12, 200))
+
+
+def test_values_the_reference_rounds_beyond_2_24_are_not_snapped():
+    """Found by review: ``(b + 2**24) - 2**24`` is 0 in the reference for b = 1, so it must not
+    be snapped onto b; ``v + 2**24 == ...`` is rounded by the reference; an integral claim
+    cannot be checked from 2**21 on. Each is refused, not compiled wrong."""
+
+    def offset_trigger(x):
+        c = torch.round(tw.mean(tw.is_token(x, "a").float()) * (tw.position(x) + 1))
+        t = (torch.clamp(c - 1, 0, 1) + 2**24) - 2**24
+        return tw.emit(t, [tw.token("a")], default="b")
+
+    def offset_compare(x):
+        v = tw.is_token(x, "b") + 2**24
+        return torch.where(v - 2**24 == 1, tw.token("a"), tw.token("b"))
+
+    def big_claim(x):
+        v = tw.claim(tw.lookup(x, {"a": 0.3}, default=0) + 2**22, 0, 2**23, integral=True)
+        return torch.where(v - 2**22 == 0, tw.token("a"), tw.token("b"))
+
+    for prog in (offset_trigger, offset_compare, big_claim):
+        with pytest.raises(tw.CompileError):
+            tw.compile(prog, vocab=AB, max_seq_len=64).compile()

@@ -155,6 +155,10 @@ MAX_MEAN_DENOMINATORS = 32768
 # value off by a half (n + 0.5) is always refused, never snapped.
 CLAIM_INTEGRAL_TOL = 1e-3
 CLAIM_INTEGRAL_REL = 2.0 ** -22
+# ... which is why an integral claim on a value not already known whole is refused from this
+# magnitude on: the eager check's tolerance reaches 1/2 there (found by review: v = 2**22 + 0.3
+# claimed whole passed, and the compiled model read the 0.3 the reference had rounded away)
+CLAIM_INTEGRAL_LIMIT = 2.0 ** 21
 
 # -- resolution of steps on a lattice ---------------------------------------------------------
 # A step on a lattice of spacing h is exact while |x| stays below this many spacings: the

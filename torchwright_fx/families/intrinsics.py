@@ -235,6 +235,13 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
                 f"tw.claim(..., integral=True) on a value that is never a whole number: every "
                 f"value is {float(r.offset % r.step):g} more than a multiple of {r.step}",
                 "fix the arithmetic before the claim (it would be refused at run time too)")
+        if integral and not r.integral and r.magnitude >= numerics.CLAIM_INTEGRAL_LIMIT:
+            raise ctx.error(
+                f"tw.claim(..., integral=True) over [{r.lo:.6g}, {r.hi:.6g}]: from "
+                f"{numerics.CLAIM_INTEGRAL_LIMIT:.0f} on, fp32 cannot tell a whole number from "
+                "one off by a half, so the claim cannot be checked there",
+                "claim the small whole part before adding a large offset "
+                "(tw.claim(v, 0, 9, integral=True) + 2**22, not tw.claim(v + 2**22, ...))")
         lat = r.lattice if (r.integral or not integral) else (Fraction(1), Fraction(0))
         new_lo = max(float(lo), r.lo) if r.lo <= hi else float(lo)
         new_hi = min(float(hi), r.hi) if r.hi >= lo else float(hi)

@@ -74,6 +74,18 @@ def fp32_exact(c: float) -> bool:
     return q is not None and Fraction(c) == q and float(np.float32(c)) == c
 
 
+def _fp32_holds(lo: float, hi: float, step: Fraction | None, off: Fraction) -> bool:
+    """Every value of a lattice over [lo, hi] is an fp32 number: a dyadic lattice whose
+    largest value has at most 24 significant bits at the lattice's resolution. Values with no
+    lattice (real-valued facts) are not judged here."""
+    if step is None or step == 0 or not (math.isfinite(lo) and math.isfinite(hi)):
+        return True
+    den = math.lcm(step.denominator, off.denominator)
+    if den & (den - 1):  # not a power of two: 1/3's lattice is never exact in fp32 anyway
+        return True
+    return max(abs(lo), abs(hi)) * den < 2.0 ** 24
+
+
 def _sum_rounding(a: Interval, b: Interval) -> int:
     """The reference's rounding of a + b: exact sums of exact values stay exact (the facts'
     resolution checks keep them inside fp32's mantissa); adding 0 changes nothing."""
@@ -198,6 +210,10 @@ class Interval:
         object.__setattr__(self, "step", step)
         object.__setattr__(self, "offset", off)
         object.__setattr__(self, "integral", integral)
+        if self.rounding == EXACT and not _fp32_holds(self.lo, self.hi, step, off):
+            # an exact value fp32 cannot hold (2**24 + 1) is what the reference rounds: once,
+            # at the op that formed it (its operands were held, or would have been caught here)
+            object.__setattr__(self, "rounding", ONCE)
 
     @staticmethod
     def point(v: float) -> Interval:

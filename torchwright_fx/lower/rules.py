@@ -102,9 +102,9 @@ def exact_within(ctx: LowerCtx, x: Stream, tolerance: float,
     itself (the rounding ops' ties), so any noisy lattice value may be snapped."""
     cols, ranges = list(x.cols), list(x.ranges)
     for i, (c, r) in enumerate(zip(x.cols, x.ranges, strict=True)):
-        if r.noise <= tolerance:
-            continue
-        exact = snapped(ctx, c, r) if reference_checked or reference_on_lattice(r) else None
+        if r.noise <= tolerance or not (reference_checked or reference_on_lattice(r)):
+            continue  # (the reference may hold it off its lattice: (b + 2**24) - 2**24 is 0)
+        exact = snapped(ctx, c, r)
         if exact is None:  # too noisy as a whole: snap its noisy parts before they are scaled
             exact = snapped_terms(ctx, c, r)
         if exact is not None:

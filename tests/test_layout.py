@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Module-level numbers outside base/numerics.py that are not construction constants.
 NOT_CONSTRUCTION = {
     "backends/card.py": {"VLLM_HEAD_SIZES"},  # a fact about vLLM, for the model card
+    "backends/runtime.py": {"ROWS"},  # query rows per block of a long prefill (speed, memory)
     "base/machines.py": {"FP32", "FP16", "BF16"},  # the IEEE formats' own parameters
     "backends/onnx": {"FORMAT_VERSION", "INTRA_OP_THREADS"},  # file format, runtime threads
     "ir/graph.py": {"EMBED"},  # the embedding's producer id

@@ -3,7 +3,7 @@
 from torchwright_fx.api import Compiled, InputError, Traced, compile, trace
 from torchwright_fx.backends.circuit import Circuit
 from torchwright_fx.backends.circuit import load as load_circuit
-from torchwright_fx.backends.circuit_exports import score_circuit
+from torchwright_fx.backends.circuit_score import score_circuit
 from torchwright_fx.base.errors import CompileError, TorchwrightError
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.families.functions import piecewise, reciprocal

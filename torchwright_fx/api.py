@@ -16,7 +16,7 @@ import torch.fx
 
 from torchwright_fx import pipeline
 from torchwright_fx.analysis.facts import analyse
-from torchwright_fx.backends import card, circuit, circuit_exports, hf, runtime
+from torchwright_fx.backends import card, circuit, circuit_exports, circuit_score, hf, runtime
 from torchwright_fx.base.errors import (
     CompileError,
     InputError,
@@ -264,8 +264,7 @@ class Compiled:
     @property
     def machine(self) -> Machine:
         """The old name of ``weights`` (``machine=`` is the machine *kind* option)."""
-        warnings.warn("Compiled.machine is now Compiled.weights", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn("Compiled.machine is now Compiled.weights", DeprecationWarning, 2)
         return self.weights
 
     def _runtime(self, dtype: torch.dtype) -> runtime.Runtime:
@@ -356,7 +355,7 @@ class Compiled:
     def score_circuit(self, found: Any, **options: Any) -> dict[str, Any]:
         """``tw.score_circuit(found, self, **options)``: a discovered circuit against this
         program's ground truth."""
-        return circuit_exports.score_circuit(found, self.edges(), **options)
+        return circuit_score.score_circuit(found, self.edges(), **options)
 
     def to_onnx(self, directory: str | os.PathLike, *, hf_dir: str | os.PathLike | None = None
                 ) -> Path:

@@ -6,6 +6,12 @@ from torchwright_fx.backends.circuit import load as load_circuit
 from torchwright_fx.backends.circuit_score import score_circuit
 from torchwright_fx.base.errors import CompileError, TorchwrightError
 from torchwright_fx.capture.registry import using_vocab
+from torchwright_fx.families import functions as functions  # tw.functions, as before
+from torchwright_fx.families import intrinsics as intrinsics
+from torchwright_fx.families import libraries as libraries
+from torchwright_fx.families import positional as positional
+from torchwright_fx.families import selectors as selectors
+from torchwright_fx.families import tables as tables
 from torchwright_fx.families.functions import piecewise, reciprocal
 from torchwright_fx.families.intrinsics import (
     check,

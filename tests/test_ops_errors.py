@@ -168,7 +168,10 @@ def test_a_step_beyond_fp32_resolution_names_the_line_and_the_limit():
 
     msg = _compile_error(prog)
     assert _line_of(prog, "MARK") in msg
-    assert "lattice steps" in msg and "compare smaller parts" in msg
+    # beyond 2**24 the reference rounds the sum once, so it may land on the threshold: refused
+    # as such (or, below 2**24, as more lattice steps than fp32 resolves); both say compare
+    assert ("lattice steps" in msg and "compare smaller parts" in msg) or \
+        ("may land on the threshold" in msg and "compare whole numbers" in msg), msg
 
 
 def test_a_step_just_inside_fp32_resolution_is_exact():

@@ -23,10 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")
     parser.add_argument("--gguf", help="also write a GGUF file for llama.cpp")
+    parser.add_argument("--precision", choices=["fp32", "half"], default="fp32",
+                        help="the arithmetics to certify: fp32, or half (fp32, fp16 and bf16; "
+                             "the GGUF is then F16)")
     args = parser.parse_args(argv)
 
     module = importlib.import_module(f"examples.{args.name}")
     options = {"optimize": args.optimize}
+    if args.precision != "fp32":
+        options["precision"] = args.precision
     if args.d_model:
         options["d_model"] = args.d_model
     if args.max_seq_len:

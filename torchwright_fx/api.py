@@ -24,7 +24,7 @@ from torchwright_fx.base.errors import (
     op_name,
 )
 from torchwright_fx.base.machines import MachineName
-from torchwright_fx.base.numerics import AUTO_D_HEAD, CODE_TOLERANCE
+from torchwright_fx.base.numerics import CODE_TOLERANCE
 from torchwright_fx.capture.propagate import shape
 from torchwright_fx.capture.registry import using_vocab
 from torchwright_fx.emit.machine import Machine
@@ -385,6 +385,8 @@ class Compiled:
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
             "output_margin": m.meta.get("output_margin"),
             "approximations": list(b.program.approximations),
+            "precision": b.program.precision.name,
+            "certified": [f.name for f in b.program.precision.formats],
         }
 
     def __repr__(self) -> str:
@@ -429,12 +431,12 @@ class Compiled:
         return (
             f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
             f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
-            f"d_head={s['d_head']}{_raised(self.build.d_head_reason)}, "
+            f"d_head={s['d_head']}{card.raised(self.build.d_head_reason)}, "
             f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
             f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
             f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
             f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
-            + _certificate(s)
+            + card.certificate(s)
         )
 
     def model_card(self) -> str:
@@ -442,25 +444,6 @@ class Compiled:
         transformers, onnxruntime, llama.cpp, vLLM and TransformerLens."""
         prompt = next(iter(self.domain()), None) if self.domain is not None else None
         return card.model_card(self.stats(), prompt)
-
-
-def _raised(reason: str) -> str:
-    """Why d_head=None chose a head size above 32: the first line of the refusal's reason
-    (``HeadTooSmall.reason``)."""
-    if not reason:
-        return ""
-    return f" (chosen: at {AUTO_D_HEAD}, {reason.splitlines()[0]})"
-
-
-def _certificate(s: dict[str, Any]) -> str:
-    if s["output_margin"] is None or s["output_margin"] <= 0:
-        head = ", output not certified (output='value')"
-    else:
-        steps = "every step exact" if not s["approximations"] else \
-            f"{len(s['approximations'])} approximate steps (exact=False)"
-        head = (f", certified at every length up to max_seq_len={s['max_seq_len']}: {steps}, "
-                f"output logit margin {s['output_margin']:.3g}")
-    return head + "".join(f"\n  approximate: {a}" for a in s["approximations"])
 
 
 def _vocab_for(fn: Callable[..., Any], vocab: Vocab | None) -> Vocab:
@@ -481,7 +464,8 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
             machine: MachineName | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
             output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress,
-            dump: str | os.PathLike[str] | None = _DEFAULTS.dump) -> Any:
+            dump: str | os.PathLike[str] | None = _DEFAULTS.dump,
+            precision: str = _DEFAULTS.precision) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
     first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts
@@ -490,9 +474,12 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
     values from the hidden states (``runtime.forward(..., capture=True)``); such a build does
     not generate. ``progress``: a one-line progress display on stderr (None: on a terminal
     outside CI; True: always; False: never). ``dump``: a directory to write each compiler
-    stage's record into as text (docs/ir.md; None: ``TORCHWRIGHT_FX_DUMP`` if set)."""
+    stage's record into as text (docs/ir.md; None: ``TORCHWRIGHT_FX_DUMP`` if set).
+    ``precision="half"``: a build certified in fp32, fp16 and bf16 (and llama.cpp's F16 GGUF
+    arithmetic); today it holds programs of the current token only (docs/half-precision.md)."""
     opts = Options(d_model=d_model, d_head=d_head, max_seq_len=max_seq_len, optimize=optimize,
-                   machine=machine, exact=exact, output=output, progress=progress, dump=dump)
+                   machine=machine, exact=exact, output=output, progress=progress, dump=dump,
+                   precision=precision)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

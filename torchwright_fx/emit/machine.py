@@ -56,3 +56,15 @@ class Machine:
                                                 for t in (la.qkv, la.o, la.gate_up, la.down)]]
         zeros = sum(int((t == 0).sum()) for t in tensors)
         return zeros / max(1, sum(t.numel() for t in tensors))
+
+
+def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Phi3RMSNorm: variance and normalisation in fp32, cast back to h's dtype, then times the
+    weight (in fp32, both casts are no-ops)."""
+    x = h.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps)).to(h.dtype)
+
+
+# Phi-3's ``hidden_act`` names (transformers' ACT2FN) to their functions
+ACTIVATIONS = {"silu": torch.nn.functional.silu, "relu": torch.relu}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchwright_fx.base.machines import MachineKind, machine_kind
+from torchwright_fx.base.machines import FULL, MachineKind, Precision, machine_kind, precision_of
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.vocab import Vocab
@@ -131,10 +131,17 @@ class Program:
     checks: list[Check] = field(default_factory=list)
     live: frozenset[int] | None = None  # signals something reads (None until passes.dce)
     shared: Shared = field(default_factory=Shared)
+    # the arithmetics the build is certified for (base/machines.py); a name is accepted too
+    precision: Precision = FULL
+    # half precision: the output as step columns u_t = [code >= t] for t in codes[1:], so that
+    # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
+    output_steps: tuple[Lin, ...] = ()
+    output_codes: tuple[int, int] = (0, -1)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.machine = machine_kind(self.machine)  # a name ("swiglu") is accepted too
+        self.precision = precision_of(self.precision)
 
     def copy(self, **changes: Any) -> Program:
         """A new program sharing nothing mutable with this one (records are frozen; producer
@@ -148,6 +155,14 @@ class Program:
             _embed_index=dict(self._embed_index))
         fields.update(changes)
         return dataclasses.replace(self, **fields)
+
+    def final_reads(self) -> set[int]:
+        """The signals read after the last layer: the output's, and its step columns in half
+        precision (``output_steps``)."""
+        out = set(self.output.signals())
+        for lin in self.output_steps:
+            out |= lin.signals()
+        return out
 
     def live_signals(self) -> frozenset[int]:
         """The signals dead-code elimination kept; a stage after it may rely on this."""
@@ -231,7 +246,7 @@ class Program:
                 f"after {stage}: node {rec.name} has {len(rec.columns)} columns and " \
                 f"{len(rec.intervals)} intervals"
         if self.live is not None:
-            assert self.output.signals() <= self.live, \
+            assert self.final_reads() <= self.live, \
                 f"after {stage}: the output reads dead signals"
             writers = {s for p in self.producers.values() for s in p.outputs}
             for p in self.producers.values():

@@ -22,7 +22,13 @@ from torchwright_fx.base.errors import (
     node_source,
     op_name,
 )
-from torchwright_fx.base.machines import MachineKind, MachineName, machine_kind
+from torchwright_fx.base.machines import (
+    MachineKind,
+    MachineName,
+    arithmetic,
+    machine_kind,
+    precision_of,
+)
 from torchwright_fx.capture.registry import info, spec_of, using_vocab
 from torchwright_fx.ir.graph import NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
@@ -30,7 +36,7 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable
 from torchwright_fx.lower.rules import exact_within, noise_origin
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import decode, ffn
+from torchwright_fx.ops import decode, ffn, half
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.vocab import Vocab
 
@@ -179,6 +185,14 @@ class Lowering(torch.fx.Interpreter):
         prog.output, prog.output_range = value.cols[0], value.ranges[0]
         if not self.code_output:
             return value
+        if prog.precision.half:  # one-hot decoding from step columns (ops/half.py)
+            try:
+                certify_output(prog)
+            except CompileError as e:
+                raise CompileError(f"{src}\n  {e}" if src else str(e)) from None
+            half.output_steps(prog, value.cols[0], value.ranges[0],
+                              getattr(result, "name", "output"), src)
+            return value
         rctx = LowerCtx(prog, self.geom, self.vocab, result, self.tokens) \
             if isinstance(result, torch.fx.Node) else None
         r = value.ranges[0]
@@ -212,9 +226,11 @@ class Lowering(torch.fx.Interpreter):
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
           machine: MachineName | None = None, exact: bool = True,
-          code_output: bool = True) -> Program:
+          code_output: bool = True, precision: str = "fp32") -> Program:
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
-    accept them as ramps and list each in ``Program.approximations`` with the user's line."""
-    prog = Program(vocab, choose_machine(gm, machine))
+    accept them as ramps and list each in ``Program.approximations`` with the user's line.
+    ``precision``: the arithmetics the constructions are built for (``base/machines.py``)."""
+    prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision))
     facts = analyse(gm, vocab, geom.max_seq_len)
-    return Lowering(gm, prog, geom, vocab, exact, code_output, facts).lower()
+    with arithmetic(prog.precision):
+        return Lowering(gm, prog, geom, vocab, exact, code_output, facts).lower()

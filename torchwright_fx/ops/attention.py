@@ -313,6 +313,13 @@ def heads(
     source: str,
 ) -> list[Lin]:
     """Heads with the given Q/K copying ``values`` (split across heads of d_head values)."""
+    if prog.precision.half:
+        raise GeometryError(
+            "precision='half' has no certified attention yet: this op reads other positions "
+            "through a head whose logits and rotary angles are exact in fp32 only "
+            "(docs/half-precision.md says what half needs)",
+            "compile with precision='fp32' (the default), or keep the program to values of "
+            "the current token (tw.is_token, tw.lookup, comparisons, arithmetic)")
     out: list[Lin] = []
     for start in range(0, len(values), geom.d_head):
         chunk = values[start : start + geom.d_head]

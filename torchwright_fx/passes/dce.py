@@ -12,7 +12,7 @@ def live_signals(prog: Program) -> set[int]:
     for pid, p in prog.producers.items():
         for s in p.outputs:
             writers.setdefault(s, []).append(pid)
-    live: set[int] = set(prog.output.signals())
+    live: set[int] = prog.final_reads()
     todo = list(live)
     done: set[int] = set()
     while todo:

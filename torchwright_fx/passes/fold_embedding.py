@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from fractions import Fraction
 
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
@@ -20,18 +21,29 @@ def fold_embedding(prog: Program) -> Program:
     prog = prog.copy()
     cache: dict[tuple, Lin] = {}
 
+    half = prog.precision.half
+
     def fold(lin: Lin) -> Lin:
-        if len(lin.terms) < 2 or any(prog.signals[s].producer != EMBED for s in lin.terms):
+        embedded = {s: c for s, c in lin.terms.items() if prog.signals[s].producer == EMBED}
+        # half precision folds the embedding part of a mixed read too: a product's or a
+        # table's affine part rides in its readers as large multiples of one-hot columns
+        # (128 * 18k), which times the norm's reader scale overflow fp16
+        if len(embedded) < 2 or (len(embedded) < len(lin.terms) and not half):
             return lin
-        key = tuple(sorted(lin.terms.items()))  # the constant stays outside the table
+        rest = Lin({s: c for s, c in lin.terms.items() if s not in embedded}, lin.const)
+        key = tuple(sorted(embedded.items()))  # the constant stays outside the table
+        # half precision keeps the column near the values it reads: the power of two common
+        # to the coefficients (a gate's 128) stays in the reader, so that the column is an
+        # fp16/bf16 number and its square small in the RMSNorm identity's energy bound
+        g = 2.0 ** max(0, min(_twos(c) for c in embedded.values())) if half else 1.0
         if key not in cache:
             n = len(prog.vocab)
-            table = tuple(sum(c * prog.embed_tables[s][t] for s, c in lin.terms.items())
+            table = tuple(sum(c / g * prog.embed_tables[s][t] for s, c in embedded.items())
                           for t in range(n))
-            first = prog.signals[next(iter(lin.terms))]
+            first = prog.signals[next(iter(embedded))]
             rng = Interval(min(table), max(table), all(float(v).is_integer() for v in table))
             cache[key] = prog.embed(table, rng, f"embed({first.name}...)", first.source)
-        return cache[key] + lin.const
+        return cache[key] * g + rest
 
     rewrite_lins(prog, fold)
     prog.check("fold_embedding")
@@ -49,5 +61,13 @@ def rewrite_lins(prog: Program, fn: Callable[[Lin], Lin]) -> None:
             prog.producers[pid] = dataclasses.replace(
                 p, q=[fn(x) for x in p.q], k=[fn(x) for x in p.k], v=[fn(x) for x in p.v])
     prog.output = fn(prog.output)
+    prog.output_steps = tuple(fn(lin) for lin in prog.output_steps)
     prog.nodes = {name: dataclasses.replace(rec, columns=tuple(fn(c) for c in rec.columns))
                   for name, rec in prog.nodes.items()}
+
+
+def _twos(c: float) -> int:
+    """The exponent of 2 in ``c`` as an exact binary fraction (12 -> 2, 0.375 -> -3)."""
+    f = Fraction(c)
+    num, den = f.numerator, f.denominator
+    return (abs(num) & -abs(num)).bit_length() - (den & -den).bit_length()

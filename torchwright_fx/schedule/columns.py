@@ -30,9 +30,10 @@ def pin_count(d_model: int) -> int:
     return 1 if int(math.log2(d_model)) % 2 == 0 else 2
 
 
-def reserved_columns(d_model: int) -> int:
-    """Columns no signal may use: the constant 1.0 and the RMSNorm pins."""
-    return 1 + pin_count(d_model)
+def reserved_columns(d_model: int, pins: bool = True) -> int:
+    """Columns no signal may use: the constant 1.0 and the RMSNorm pins (none in half
+    precision, whose RMSNorm identity needs no pin: ``emit/half.py``)."""
+    return 1 + (pin_count(d_model) if pins else 0)
 
 
 def fitting_width(live: int) -> int:
@@ -48,11 +49,13 @@ def assign(prog: Program, plan: Plan, d_model: int,
            spans: dict[int, tuple[int, int]] | None = None
            ) -> tuple[dict[int, int], dict[int, int]]:
     """Columns for every live signal, and the cancel stage of each recycled signal.
-    ``spans``: ``plan.occupancy(prog)`` when the caller has it already."""
+    ``spans``: ``plan.occupancy(prog)`` when the caller has it already. In half precision no
+    column is recycled (a cancel head is attention, which half does not certify yet)."""
+    half = prog.precision.half
     if spans is None:
         spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
     end = end_stage(plan.n_layers)  # hoisted: n_layers is a max over every producer
-    first = reserved_columns(d_model)
+    first = reserved_columns(d_model, pins=not half)
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)
     released: list[tuple[int, int, int]] = []
@@ -63,7 +66,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
         written = spans[sid][0]
         col = next(fresh, None)
         if col is None:
-            if not released or released[0][0] >= written:
+            if half or not released or released[0][0] >= written:
                 raise WidthError(f"needs more than d_model={d_model} columns at stage {written}")
             cancel, col, previous = heapq.heappop(released)
             cancels[previous] = cancel
@@ -95,6 +98,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
             continue
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
                                    d_model=d, const_col=0,
-                                   pin_cols=list(range(1, reserved_columns(d))))
+                                   pin_cols=list(range(1, reserved_columns(
+                                       d, pins=not prog.precision.half))))
     raise WidthError(f"the program does not fit: {error}; leave d_model unset to pick the "
                      "smallest width that fits, or schedule with optimize>=1")

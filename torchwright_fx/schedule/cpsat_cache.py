@@ -35,7 +35,7 @@ def cache_key(prog: Program, warm: Plan, level: int, d_model: int | None, seed: 
             ids = sorted({lane_ids.setdefault(lane, len(lane_ids)) for lane in p.lanes})
             producers.append(["ffn", pid, deps, ids])
     readers = prog.readers()
-    outputs = prog.output.signals()
+    outputs = prog.final_reads()
     signals = [[s, prog.signals[s].producer, sorted(readers[s]), s in outputs]
                for s in sorted(prog.live_signals())]
     payload = {"version": CACHE_VERSION, "producers": producers, "signals": signals,

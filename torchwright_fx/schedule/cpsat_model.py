@@ -186,7 +186,7 @@ def _add_width(prog: Program, m: Model, d_model: int) -> None:
     stage intervals, times shifted by +1 so the embedding's stage -1 becomes 0)."""
     cp = m.cp
     readers = prog.readers()
-    outputs = prog.output.signals()
+    outputs = prog.final_reads()
     groups = Counter((prog.signals[s].producer, frozenset(readers[s]), s in outputs)
                      for s in prog.live_signals())
     end_of_time = end_stage(m.horizon) + 2  # one past the shifted horizon stage 2 * horizon

@@ -126,7 +126,7 @@ class Plan:
         for p in prog.producers.values():
             for s in p.reads():
                 last[s] = max(last[s], self.stage[p.id])
-        for s in prog.output.signals():
+        for s in prog.final_reads():
             last[s] = end
         return {s: (self.signal_stage(prog, s), last[s]) for s in prog.live_signals()}
 

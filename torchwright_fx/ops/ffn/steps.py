@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from torchwright_fx.base.errors import NotExact, RangeError
+from torchwright_fx.base.machines import current_precision
 from torchwright_fx.base.numerics import (
     EXACT_HALF_INTEGERS,
     EXACT_LATTICE_STEPS,
@@ -88,6 +89,12 @@ def step_ramp(s: Step, grid: Grid | Fractions | None) -> tuple[float, float]:
         return _real_ramp(s)
     p = grid.above(t) if s.strict else grid.at_or_above(t)
     sp = grid.spacing
+    if current_precision().half:
+        # corners on the lattice points p - sp and p: every gate is SILU_SCALE times a whole
+        # number of spacings, which fp16 and bf16 hold (a quarter spacing off, the gates
+        # need two more significant bits than bf16 has); no input noise is tolerated, which
+        # the half certificate replays (emit/certify_half.py)
+        return float(p - sp), float(p)
     return float(p - sp + sp * Fraction(INTEGER_RAMP_LO)), float(p - sp + sp * Fraction(
         INTEGER_RAMP_HI))
 
@@ -102,7 +109,8 @@ def staircase(base: float, steps: Sequence[Step], grid: Grid | Fractions | None)
     if grid is None:
         width = RAMP_WIDTH
     elif isinstance(grid, Grid):
-        width = float(grid.spacing * Fraction(INTEGER_RAMP_HI - INTEGER_RAMP_LO))
+        width = float(grid.spacing * (Fraction(1) if current_precision().half else
+                                      Fraction(INTEGER_RAMP_HI - INTEGER_RAMP_LO)))
     for s in steps:
         a, b = step_ramp(s, grid)
         f.ramp(a, b, s.weight, width)

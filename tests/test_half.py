@@ -1,0 +1,137 @@
+"""precision="half": builds certified in fp32, fp16 and bf16 (docs/half-precision.md).
+
+Every check runs the saved directory through transformers as a user loads it, in each dtype
+and attention implementation, against the eager reference at every position of random token
+streams (teacher-forced), and the refusals name the user's line and the way out."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import torchwright_fx as tw
+
+VOCAB = tw.Vocab("0123456789+-x")
+DIGITS = {str(i): i for i in range(10)}
+
+
+def squares_mod(x: torch.Tensor) -> torch.Tensor:
+    d = tw.lookup(x, DIGITS, default=0)
+    return tw.token("0") + (d * d) % 10
+
+
+def mirror_gap(x: torch.Tensor) -> torch.Tensor:
+    d = tw.lookup(x, DIGITS, default=0)
+    e = tw.lookup(x, {str(i): 9 - i for i in range(10)}, default=0)
+    gap = torch.maximum(d, e) - torch.minimum(d, e)
+    signed = torch.where(d > e, gap, -gap) + 9
+    return tw.token("0") + torch.clamp(signed // 2, 0, 9)
+
+
+def classify(x: torch.Tensor) -> torch.Tensor:
+    d = tw.lookup(x, DIGITS, default=-1)
+    sign = tw.is_token(x, "+").bool() | tw.is_token(x, "-").bool()
+    code = torch.where(d >= 5, tw.token("x"), tw.lookup(d + 1, {i: str(9 - i) for i in range(10)},
+                                                         default="0"))
+    return torch.where(sign, tw.token("+"), code)
+
+
+def _streams(n: int, length: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[VOCAB.bos_id] + [rng.randrange(len(VOCAB)) for _ in range(length)]
+            for _ in range(n)]
+
+
+def _wrong(directory, compiled: tw.Compiled, dtype: torch.dtype, impl: str) -> int:
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype,
+                                                 attn_implementation=impl)
+    wrong = 0
+    for ids in _streams(3, 48):
+        want = compiled.traced.run(ids).round().long().tolist()
+        with torch.no_grad():
+            got = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        wrong += sum(g != w for g, w in zip(got[1:], want[1:], strict=True))
+    return wrong
+
+
+@pytest.mark.parametrize("fn,machine", [(squares_mod, "swiglu"), (mirror_gap, "swiglu"),
+                                        (classify, "swiglu"), (squares_mod, "relu")])
+def test_half_build_is_exact_in_every_dtype(fn, machine, tmp_path):
+    compiled = tw.compile(fn, vocab=VOCAB, precision="half", machine=machine).compile()
+    compiled.save_pretrained(tmp_path)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for impl in ("eager", "sdpa"):
+            assert _wrong(tmp_path, compiled, dtype, impl) == 0, (dtype, impl)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["torchwright_fx_certified"] == ["fp32", "fp16", "bf16"]
+    assert config["torch_dtype"] == "float32"  # CPU users keep fp32 speed
+    # the norm's eps is a power of four, and the gains fp16 numbers
+    e = compiled.build.machine.meta["norm_exponent"]
+    assert config["rms_norm_eps"] == 2.0 ** (2 * e)
+    s = compiled.stats()
+    assert s["precision"] == "half" and s["certified"] == ["fp32", "fp16", "bf16"]
+    assert "certified in fp32, fp16, bf16" in compiled.summary()
+
+
+def test_every_weight_is_a_half_number():
+    compiled = tw.compile(mirror_gap, vocab=VOCAB, precision="half").compile()
+    m = compiled.build.machine
+    tensors = [m.embed, m.lm_head, m.final_norm,
+               *[t for la in m.layers for t in (la.gate_up, la.down, la.norm_mlp)]]
+    for t in tensors:
+        assert torch.equal(t.half().float(), t) and torch.equal(t.bfloat16().float(), t)
+
+
+def test_half_runtime_matches_reference_in_process():
+    compiled = tw.compile(classify, vocab=VOCAB, precision="half").compile()
+    for dtype in (torch.float16, torch.bfloat16):
+        report = tw.verify(compiled, ["1+2\n", "95-x\n"], backend="runtime", dtype=dtype,
+                           oracle=None)
+        assert report.count == 2 and report.mismatches == [], report
+
+
+def test_attention_is_refused_with_the_line_and_the_way_out():
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        d = tw.lookup(x, DIGITS, default=0)
+        return tw.token("0") + tw.shift(d, 1)
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(shifted, vocab=VOCAB, precision="half").compile()
+    text = str(e.value)
+    assert "tw.shift(d, 1)" in text and "precision='fp32'" in text
+    # the advice followed compiles
+    tw.compile(shifted, vocab=VOCAB, precision="fp32").compile()
+
+
+def test_a_value_half_cannot_hold_is_refused_at_its_line():
+    def wide(x: torch.Tensor) -> torch.Tensor:
+        d = tw.lookup(x, DIGITS, default=0)
+        big = d * 100 + 1  # up to 901: bf16 holds whole numbers to 256 only
+        return tw.token("0") + big % 10
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(wide, vocab=VOCAB, precision="half").compile()
+    assert "big % 10" in str(e.value) and "precision='fp32'" in str(e.value)
+
+
+def test_options_are_validated():
+    with pytest.raises(tw.CompileError, match="precision"):
+        tw.compile(squares_mod, vocab=VOCAB, precision="fp8").compile()
+    with pytest.raises(tw.CompileError, match="output='code'"):
+        tw.compile(squares_mod, vocab=VOCAB, precision="half", output="value").compile()
+
+
+def test_half_gguf_is_f16(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    compiled = tw.compile(squares_mod, vocab=VOCAB, precision="half").compile()
+    path = compiled.save_gguf(tmp_path / "m.gguf")
+    reader = gguf.GGUFReader(str(path))
+    kinds = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert kinds["blk.0.ffn_gate.weight"] == "F16" and kinds["output.weight"] == "F16"
+    assert kinds["output_norm.weight"] == "F32"
+    description = bytes(reader.fields["general.description"].parts[-1]).decode()
+    assert "-fa off" not in description and "no flags" in description

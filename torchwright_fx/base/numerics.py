@@ -291,3 +291,6 @@ HALF_NORM_EXPONENT = 24
 # The output's step columns have gates SILU_SCALE * (c - t): a bf16 number while |c - t| is a
 # whole number bf16 holds (every one up to 2**8).
 HALF_CODE_SPAN = 2 ** 8
+# The certificate replays each MLP bank on every joint value of its inputs: at most this many
+# points per op (a product of two 256-valued streams is 65,536; a table of three, 16M, refused).
+HALF_CERTIFY_POINTS = 2 ** 20

@@ -94,17 +94,54 @@ def test_half_runtime_matches_reference_in_process():
         assert report.count == 2 and report.mismatches == [], report
 
 
-def test_attention_is_refused_with_the_line_and_the_way_out():
-    def shifted(x: torch.Tensor) -> torch.Tensor:
+def shifted_sum(x: torch.Tensor) -> torch.Tensor:
+    d = tw.lookup(x, DIGITS, default=0)
+    return tw.token("0") + (d + tw.shift(d, 1) + tw.shift(d, 3)) % 10
+
+
+def echo_at_newline(x: torch.Tensor) -> torch.Tensor:
+    newline = tw.is_token(x, "\n")
+    d = tw.lookup(x, DIGITS, default=0)
+    return tw.emit(newline, [tw.lookup(tw.shift(d, 1), {i: str(i) for i in range(10)}), "x"])
+
+
+@pytest.mark.parametrize("fn,n", [(shifted_sum, 300), (echo_at_newline, 1024)])
+def test_half_shift_is_exact_at_every_position(fn, n, tmp_path):
+    vocab = tw.Vocab("0123456789+-x\n")
+    compiled = tw.compile(fn, vocab=vocab, precision="half", max_seq_len=n).compile()
+    compiled.save_pretrained(tmp_path)
+    rng = random.Random(n)
+    ids = [vocab.bos_id] + [rng.randrange(len(vocab)) for _ in range(n - 1)]  # the whole length
+    want = compiled.traced.run(ids).round().long().tolist()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for impl in ("eager", "sdpa"):
+            model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype,
+                                                         attn_implementation=impl)
+            with torch.no_grad():
+                got = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+            assert got[1:] == want[1:], (dtype, impl)
+
+
+def test_attention_half_cannot_hold_is_refused_with_the_line_and_the_way_out():
+    def latched(x: torch.Tensor) -> torch.Tensor:
         d = tw.lookup(x, DIGITS, default=0)
-        return tw.token("0") + tw.shift(d, 1)
+        return tw.token("0") + tw.latch(d, tw.is_token(x, "+"))
 
     with pytest.raises(tw.CompileError) as e:
-        tw.compile(shifted, vocab=VOCAB, precision="half").compile()
+        tw.compile(latched, vocab=VOCAB, precision="half").compile()
     text = str(e.value)
-    assert "tw.shift(d, 1)" in text and "precision='fp32'" in text
+    assert "tw.latch(d" in text and "precision='fp32'" in text
     # the advice followed compiles
-    tw.compile(shifted, vocab=VOCAB, precision="fp32").compile()
+    tw.compile(latched, vocab=VOCAB, precision="fp32").compile()
+
+
+def test_a_shift_half_cannot_certify_is_refused():
+    def far(x: torch.Tensor) -> torch.Tensor:
+        return tw.token("0") + tw.shift(tw.lookup(x, DIGITS, default=0), 16)
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(far, vocab=VOCAB, precision="half", max_seq_len=16385).compile()
+    assert "precision='fp32'" in str(e.value)
 
 
 def test_a_value_half_cannot_hold_is_refused_at_its_line():

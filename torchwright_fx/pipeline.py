@@ -23,7 +23,7 @@ from typing import Any
 import torch.fx
 
 from torchwright_fx import progress
-from torchwright_fx.base.errors import CompileError, HeadTooSmall
+from torchwright_fx.base.errors import CompileError, GeometryError, HeadTooSmall
 from torchwright_fx.base.machines import MACHINES, PRECISIONS, MachineName
 from torchwright_fx.base.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
 from torchwright_fx.capture.propagate import propagate
@@ -92,12 +92,19 @@ class Options:
         if self.precision == "half" and self.output != "code":
             raise CompileError("precision='half' certifies token outputs (output='code'); "
                                "read values with precision='fp32'")
-        Geometry(self.head_size, self.max_seq_len)  # GeometryError (a CompileError) names the fix
+        try:
+            Geometry(self.head_size, self.max_seq_len, self.half)
+        except GeometryError as e:  # no op to name yet: the advice goes into the message
+            raise GeometryError(f"{e}; {e.advice}", e.advice) from None
         if self.d_model is not None and (not isinstance(self.d_model, int) or
                                          not is_power_of_two(self.d_model) or self.d_model < 16):
             raise CompileError(f"d_model={self.d_model!r}: a power of two >= 16 (the RMSNorm "
                                "identity needs a power of two), or None to let the compiler "
                                "choose the smallest that fits")
+
+    @property
+    def half(self) -> bool:
+        return self.precision == "half"
 
     @property
     def head_size(self) -> int:
@@ -126,7 +133,7 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
     """The lowered program, its geometry and why its head size grew: ``opts.d_head``, or with
     None the smallest head size that every construction fits (a HeadTooSmall names it; the
     graph is not mutated by lowering, so a retry starts clean)."""
-    geom, reason = Geometry(opts.head_size, opts.max_seq_len), ""
+    geom, reason = Geometry(opts.head_size, opts.max_seq_len, opts.half), ""
     while True:
         try:
             prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code",
@@ -136,7 +143,7 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
                 raise
             reason = e.reason if not reason else reason
-            geom = Geometry(e.d_head, opts.max_seq_len)
+            geom = Geometry(e.d_head, opts.max_seq_len, opts.half)
 
 
 class Dump:

@@ -36,9 +36,10 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         f"{s['lanes_per_layer']} | {s['max_seq_len']} | {s['parameters']:,} | {s['machine']} |",
         "",
         (f"Certified at compile time in {', '.join(s['certified'])} (precision='half'): every "
-         "weight is an fp16 and bf16 number, and every token was replayed through the model in "
-         "transformers' fp32, fp16 and bf16 arithmetic and llama.cpp's F16 arithmetic, every "
-         f"residual value exact; prompt plus answer up to max_seq_len = {s['max_seq_len']} "
+         "weight is an fp16 and bf16 number, and every op was replayed on every value it can see "
+         "in transformers' fp32, fp16 and bf16 arithmetic and llama.cpp's F16 arithmetic, every "
+         "residual value exact, and every head's logits at every position up to max_seq_len; "
+         f"prompt plus answer up to max_seq_len = {s['max_seq_len']} "
          "tokens. Load it in any of the three dtypes." if half else
          f"Certified at compile time: {certified}. The certificate holds for fp32 arithmetic "
          f"and prompt plus answer up to max_seq_len = {s['max_seq_len']} tokens (<bos> "
@@ -145,7 +146,8 @@ def raised(reason: str) -> str:
 def certificate(s: dict[str, Any]) -> str:
     if s["precision"] == "half":
         return (f", certified in {', '.join(s['certified'])} and llama.cpp's F16 arithmetic "
-                f"(every token replayed) at every length up to max_seq_len={s['max_seq_len']}, "
+                "(every op replayed on every value it can see) at every length up to "
+                f"max_seq_len={s['max_seq_len']}, "
                 f"output logit lead {s['output_margin']:.3g}")
     if s["output_margin"] is None or s["output_margin"] <= 0:
         head = ", output not certified (output='value')"

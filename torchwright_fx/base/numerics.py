@@ -294,3 +294,15 @@ HALF_CODE_SPAN = 2 ** 8
 # The certificate replays each MLP bank on every joint value of its inputs: at most this many
 # points per op (a product of two 256-valued streams is 65,536; a table of three, 16M, refused).
 HALF_CERTIFY_POINTS = 2 ** 20
+# Half precision's rotary planes (ops/attention_half.py): up to max_seq_len n, P planes at
+# Phi-3's frequencies r**-p. Measured exact in every runtime for shifts 1, 7 and n/3 at
+# 256 (5, 3), 1024 (6, 3) and 4096 (6, 4); 16384 (8, 4) replayed (docs/half-precision.md Q2).
+HALF_ROTARY = ((256, 5, 3), (1024, 6, 3), (4096, 6, 4), (16384, 8, 4))
+# A half shift's target leads every other key by this in exact arithmetic (amplitudes from the
+# max-min solve); bf16's rounding of weights, angles and scores takes up to 8 of it at 16384.
+HALF_SHIFT_LEAD = 160.0
+# ... and the replay in each arithmetic must find this lead at every query position: beyond
+# UNDERFLOW every other key's softmax weight is exactly 0 in fp32 (transformers' eager softmax
+# of half scores, sdpa's kernels and llama.cpp's exponentials all run in fp32), so the head
+# copies its target's value exactly.
+HALF_ATTENTION_GAP = UNDERFLOW + 4.0

@@ -30,18 +30,18 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.machines import BF16
 from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS, HALF_CERTIFY_POINTS
 from torchwright_fx.emit.half import exact_in_half
 from torchwright_fx.emit.machine import ACTIVATIONS, Machine
 from torchwright_fx.emit.placement import Placement
-from torchwright_fx.ir.graph import FFN, Head, NodeRecord, Producer, Program, Signal
+from torchwright_fx.ir.graph import FFN, Head, Lane, NodeRecord, Producer, Program, Signal
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.schedule.plan import Plan
 
@@ -76,6 +76,13 @@ class Known:
 
     per_token: dict[int, np.ndarray] = field(default_factory=dict)
     sets: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def _domain_size(known: Known, reads: list[int]) -> int:
+    tok = [s for s in reads if s in known.per_token]
+    size = len(np.unique(np.stack([known.per_token[s] for s in tok], axis=1), axis=0)) \
+        if tok and len(tok) < len(reads) else 1
+    return size * math.prod(len(known.sets[s]) for s in reads if s not in known.per_token)
 
 
 def _domain(known: Known, reads: list[int], n_tokens: int, where: Signal | Producer
@@ -122,69 +129,158 @@ def _dot(lin: Lin, cols: dict[int, np.ndarray], n: int, where: Producer, what: s
 
 
 # -- the arithmetics: an MLP bank's lanes, from exact gates and ups --------------------------
-Lanes = Callable[[np.ndarray, np.ndarray, np.ndarray, str], np.ndarray]
+@dataclass(frozen=True)
+class Arithmetic:
+    """How one runtime computes a lane's value from its exact gate and up (each the exact dot
+    product rounded once to the projection's output format), and the dtype the down
+    projection's output is rounded to."""
+
+    dtype: torch.dtype  # the projections' output format
+    lane_input: torch.dtype  # the format the down projection reads lane values in
+
+    def lanes(self, gate: np.ndarray, up: np.ndarray, act: str) -> np.ndarray:
+        g, u = torch.from_numpy(gate).to(self.dtype), torch.from_numpy(up).to(self.dtype)
+        return (u * ACTIVATIONS[act](g)).to(self.lane_input).double().numpy()
+
+    def down(self, p: np.ndarray, down: np.ndarray) -> np.ndarray:
+        """[points, lanes] x [outputs, lanes] -> [points, outputs]: an exact fp32 accumulation
+        (checked; NaN where not, which no comparison accepts), rounded to the dtype."""
+        terms = p[:, None, :] * down[None, :, :]
+        if not _exact_sum(terms.reshape(-1, terms.shape[-1])):
+            return np.full((p.shape[0], down.shape[0]), np.nan)
+        return torch.from_numpy(terms.sum(axis=-1)).to(self.dtype).double().numpy()
 
 
-def _transformers(dtype: torch.dtype) -> Lanes:
-    def run(gate: np.ndarray, up: np.ndarray, down: np.ndarray, act: str) -> np.ndarray:
-        g, u = torch.from_numpy(gate).to(dtype), torch.from_numpy(up).to(dtype)
-        p = (u * ACTIVATIONS[act](g)).double().numpy()  # each op rounded to the dtype
-        return _down(p, down, dtype)
-    return run
-
-
-def _llama_cpp(gate: np.ndarray, up: np.ndarray, down: np.ndarray, act: str) -> np.ndarray:
-    g, u = torch.from_numpy(gate).float(), torch.from_numpy(up).float()
-    p = (u * ACTIVATIONS[act](g)).half().double().numpy()  # f32, then the matmul's f16 input
-    return _down(p, down, torch.float32)
-
-
-def _down(p: np.ndarray, down: np.ndarray, dtype: torch.dtype) -> np.ndarray:
-    """The down projection: an exact fp32 accumulation (checked), rounded to the output's
-    dtype. [points, lanes] x [outputs, lanes] -> [points, outputs]."""
-    terms = p[:, None, :] * down[None, :, :]
-    if not _exact_sum(terms.reshape(-1, terms.shape[-1])):
-        return np.full((p.shape[0], down.shape[0]), np.nan)  # refused by the comparison
-    return torch.from_numpy(terms.sum(axis=-1)).to(dtype).double().numpy()
-
-
-ARITHMETICS: dict[str, Lanes] = {
-    "fp32": _transformers(torch.float32),
-    "fp16": _transformers(torch.float16),
-    "bf16": _transformers(torch.bfloat16),
-    "llama.cpp f16": _llama_cpp,
+ARITHMETICS = {
+    "fp32": Arithmetic(torch.float32, torch.float32),
+    "fp16": Arithmetic(torch.float16, torch.float16),
+    "bf16": Arithmetic(torch.bfloat16, torch.bfloat16),
+    # f32 activations; the down matmul reads its input as f16 and accumulates in f32
+    "llama.cpp f16": Arithmetic(torch.float32, torch.float16),
 }
 
 
-def _ffn(prog: Program, known: Known, p: FFN) -> None:
-    n_tokens = len(prog.vocab.tokens)
-    cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
-    n = n_tokens if by_token else len(next(iter(cols.values()))) if cols else 1
-    gates = np.stack([_dot(lane.gate, cols, n, p, "gate") for lane in p.lanes], axis=1)
-    ups = np.stack([_dot(lane.up, cols, n, p, "up") for lane in p.lanes], axis=1)
+def _down_matrix(p: FFN) -> tuple[list[int], np.ndarray]:
     sids = list(p.outputs)
     down = np.zeros((len(sids), len(p.lanes)))
     for o, sid in enumerate(sids):
         for lane, w in p.outputs[sid].items():
             down[o, lane] = w
+    return sids, down
+
+
+def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float) -> None:
+    sig = prog.signals[sid]
+    raise CompileError(
+        f"{sig.source}\n  {sig.name}: precision='half' is not exact in {name}: {at} it computes "
+        f"{got:.9g} where the exact value is {want:.9g}; {ADVICE}")
+
+
+def _ffn(prog: Program, known: Known, p: FFN) -> None:
+    """Replay the bank on its inputs' joint domain, or lane by lane where that is too large."""
+    n_tokens = len(prog.vocab.tokens)
+    if _domain_size(known, sorted(p.reads())) > HALF_CERTIFY_POINTS:
+        _ffn_by_lane(prog, known, p)
+        return
+    cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
+    n = n_tokens if by_token else len(next(iter(cols.values()))) if cols else 1
+    gates = np.stack([_dot(lane.gate, cols, n, p, "gate") for lane in p.lanes], axis=1)
+    ups = np.stack([_dot(lane.up, cols, n, p, "up") for lane in p.lanes], axis=1)
+    sids, down = _down_matrix(p)
     exact = (np.maximum(gates, 0.0) * ups) @ down.T
-    for name, run in ARITHMETICS.items():
-        got = run(gates, ups, down, prog.machine.act)
+    for name, arith in ARITHMETICS.items():
+        got = arith.down(arith.lanes(gates, ups, prog.machine.act), down)
         bad = np.argwhere(got != exact)
         if len(bad):
             i, o = (int(v) for v in bad[0])
-            sig = prog.signals[sids[o]]
             at = (f"at token {prog.vocab.tokens[i]!r}" if by_token else
                   "for inputs " + ", ".join(f"{prog.signals[s].name}={cols[s][i]:g}"
                                             for s in sorted(cols)))
-            raise CompileError(
-                f"{sig.source}\n  {sig.name}: precision='half' is not exact in {name}: {at} it "
-                f"computes {got[i, o]:.9g} where the exact value is {exact[i, o]:.9g}; {ADVICE}")
+            _refuse(prog, sids[o], name, at, got[i, o], exact[i, o])
     for o, sid in enumerate(sids):
         if by_token:
             known.per_token[sid] = exact[:, o]
         else:
             known.sets[sid] = np.unique(exact[:, o])
+
+
+def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarray:
+    """Every value ``lin`` can take (a superset: its signals taken as independent, those of
+    the current token jointly), after checking that its dot product is exact in fp32."""
+    tok = [s for s in lin.terms if s in known.per_token]
+    parts = [lin.terms[s] * known.sets[s] for s in lin.terms if s not in known.per_token]
+    base = np.unique(sum((lin.terms[s] * known.per_token[s] for s in tok),
+                         np.zeros(1)) + float(lin.const))
+    bits = max([_fraction_bits(base)] + [_fraction_bits(v) for v in parts])
+    total = float(np.abs(base).max()) + sum(float(np.abs(v).max()) for v in parts)
+    if not total * 2.0 ** bits < FP32_EXACT_INTEGERS:
+        raise CompileError(
+            f"{where.source}\n  {where.name}: precision='half' needs every dot product exact "
+            f"in an fp32 accumulator, and this op's {what} sums terms too fine or too large "
+            f"for fp32 (24 significant bits); keep its values small whole numbers, or {ADVICE}")
+    acc = base
+    for v in parts:
+        acc = np.unique((acc[:, None] + v[None, :]).ravel())
+        if len(acc) > HALF_CERTIFY_POINTS:
+            _domain(known, sorted(lin.signals()), 0, where)  # raises: too many values
+    return acc
+
+
+def _lane_points(prog: Program, known: Known, lane: Lane, p: FFN
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(gate, up) [points, 1] at every pair of values the lane can see: the gate's values
+    with a constant up (a hinge), the pairs of two independent value sets (a product of two
+    streams), else the joint domain of what both read."""
+    g_reads, u_reads = lane.gate.signals(), lane.up.signals()
+    if not u_reads or not g_reads or not (g_reads & u_reads):
+        gate = _lin_values(known, lane.gate, p, "gate")
+        up = _lin_values(known, lane.up, p, "up")
+        if len(gate) * len(up) <= HALF_CERTIFY_POINTS:
+            pairs = np.stack(np.meshgrid(gate, up, indexing="ij"), -1).reshape(-1, 2)
+            return pairs[:, :1], pairs[:, 1:]
+    cols, by_token = _domain(known, sorted(g_reads | u_reads), len(prog.vocab.tokens), p)
+    n = len(prog.vocab.tokens) if by_token else len(next(iter(cols.values()))) if cols else 1
+    return (_dot(lane.gate, cols, n, p, "gate")[:, None],
+            _dot(lane.up, cols, n, p, "up")[:, None])
+
+
+def _ffn_by_lane(prog: Program, known: Known, p: FFN) -> None:
+    """Each lane exact on its own inputs' domain, in every arithmetic; then the down
+    projection's sum is exact in fp32 (every term on a grid 2**-g, the magnitudes' sum below
+    2**(24 - g)), and its result a number both half formats hold: every multiple of 2**-g
+    within the output's range (its facts) is one. The output's values: those multiples."""
+    sids, down = _down_matrix(p)
+    peak, bits = np.zeros(len(p.lanes)), 0
+    for i, lane in enumerate(p.lanes):
+        gate, up = _lane_points(prog, known, lane, p)
+        exact = np.maximum(gate, 0.0) * up
+        for name, arith in ARITHMETICS.items():
+            got = arith.lanes(gate, up, prog.machine.act)
+            bad = np.argwhere(got != exact)
+            if len(bad):
+                j = int(bad[0][0])
+                o = next(o for o in range(len(sids)) if down[o, i] != 0)
+                _refuse(prog, sids[o], name, f"in a lane with gate {gate[j, 0]:g}",
+                        got[j, 0], exact[j, 0])
+        peak[i] = np.abs(exact).max()
+        bits = max(bits, _fraction_bits(exact))
+    for o, sid in enumerate(sids):
+        g = bits + _fraction_bits(down[o])
+        total = float((np.abs(down[o]) * peak).sum())
+        sig = prog.signals[sid]
+        rng = sig.range
+        top = max(abs(rng.lo), abs(rng.hi)) if rng.finite else total
+        if not (total * 2.0 ** g < FP32_EXACT_INTEGERS and
+                min(top, total) * 2.0 ** g <= BF16.exact_integers):
+            raise CompileError(
+                f"{sig.source}\n  {sig.name}: precision='half' cannot show this op's sum exact "
+                f"in bf16 (its terms need {g} fraction bits and reach {total:g}); keep its "
+                f"values small whole numbers, or {ADVICE}")
+        lo = math.ceil(max(rng.lo, -total) * 2.0 ** g) if rng.finite else \
+            math.ceil(-total * 2.0 ** g)
+        hi = math.floor(min(rng.hi, total) * 2.0 ** g) if rng.finite else \
+            math.floor(total * 2.0 ** g)
+        known.sets[sid] = np.arange(lo, hi + 1, dtype=np.float64) / 2.0 ** g
 
 
 def _head(prog: Program, known: Known, h: Head) -> None:

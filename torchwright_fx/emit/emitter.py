@@ -45,11 +45,12 @@ class _Writer:
             out[self.plan.columns[s]] += c * scale
         return out
 
-    def entries(self, lin: Lin, scale: float = 1.0) -> dict[int, float]:
+    def entries(self, lin: Lin, scale: float = 1.0, factor: float = 1.0) -> dict[int, float]:
         """``row(lin, scale)`` as {column: value}: the same float64 operations in the same
         order, without a tensor per row (a tensor op per entry was the emitter's hot spot on
         large programs)."""
-        out = {self.plan.const_col: lin.const * (scale if self.const_scaled else 1.0)}
+        # factor: a scale the constant takes even where the reader scale is not applied to it
+        out = {self.plan.const_col: lin.const * (scale if self.const_scaled else factor)}
         for s, c in lin.terms.items():
             col = self.plan.columns[s]
             out[col] = out.get(col, 0.0) + c * scale
@@ -90,7 +91,7 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, sca
         base = h * d_head
         sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
         for r in range(d_head):
-            qkv.row(base + r, w.entries(head.q[r], q_scale))
+            qkv.row(base + r, w.entries(head.q[r], q_scale, math.sqrt(d_head)))
             qkv.row(width + base + r, w.entries(head.k[r], scale))
         for r, (lin, sid) in enumerate(zip(head.v, head.outputs, strict=True)):
             qkv.row(2 * width + base + r, w.entries(lin, scale))

@@ -35,7 +35,7 @@ from torchwright_fx.ir.ranges import BOOL, EXACT, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import exact_within
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import attention, ffn
+from torchwright_fx.ops import attention, attention_half, ffn
 
 
 def as_column(v: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,11 @@ def _lower_shift(ctx: LowerCtx, v: Stream, k: int) -> Stream:
     if k == 0:
         return v
     ranges = moved_ranges_of(ctx, v.ranges)
-    cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
+    if ctx.prog.precision.half:
+        cols = attention_half.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.bos_indicator(),
+                                    ctx.name, ctx.source)
+    else:
+        cols = attention.shift(ctx.prog, ctx.geom, v.cols, ranges, k, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 

@@ -41,6 +41,7 @@ from torchwright_fx.base.numerics import (
     ATTENTION_MARGIN,
     FINE_PLANE,
     FP32_UNIT,
+    HALF_ROTARY,
     LOBE_SPAN,
     LONG_ROTARY_DIMS,
     MEAN_VALIDITY,
@@ -57,8 +58,16 @@ from torchwright_fx.ir.linear import Lin
 class Geometry:
     d_head: int
     max_seq_len: int
+    # precision="half": hierarchical rotary planes at Phi-3's own geometric frequencies
+    # (``ops/attention_half.py``) instead of the coarse and fine planes
+    half: bool = False
 
     def __post_init__(self) -> None:
+        if self.half and self.max_seq_len > HALF_ROTARY[-1][0]:
+            raise GeometryError(
+                f"max_seq_len={self.max_seq_len}: precision='half' certifies attention up to "
+                f"{HALF_ROTARY[-1][0]} positions",
+                f"lower max_seq_len to {HALF_ROTARY[-1][0]}, or compile with precision='fp32'")
         if not is_power_of_two(self.d_head) or self.d_head < 2 * self.rotary:
             raise GeometryError(
                 f"d_head={self.d_head}: use a power of two >= {_least_d_head(self.rotary)} (the "
@@ -74,8 +83,17 @@ class Geometry:
 
     @property
     def rotary(self) -> int:
-        """Rotary dims per head: one usable plane up to SINGLE_PLANE_LENGTH, two beyond."""
+        """Rotary dims per head: one usable plane up to SINGLE_PLANE_LENGTH, two beyond (half
+        precision: two per hierarchical plane)."""
+        if self.half:
+            return 2 * self.half_planes[0]
         return ROTARY_DIMS if self.max_seq_len <= SINGLE_PLANE_LENGTH else LONG_ROTARY_DIMS
+
+    @property
+    def half_planes(self) -> tuple[int, int]:
+        """Half precision: (P, r), P planes turning at r**-p (p = 0 .. P-1)."""
+        return next((planes, ratio) for n, planes, ratio in HALF_ROTARY
+                    if self.max_seq_len <= n)
 
     @property
     def coarse_plane(self) -> int:
@@ -84,6 +102,9 @@ class Geometry:
     @property
     def rope_theta(self) -> float:
         # inv_freq[coarse] = rope_theta ** (-2 * coarse / rotary) = LOBE_SPAN / max_seq_len
+        if self.half:  # inv_freq[p] = rope_theta ** (-p / P) = r ** -p
+            planes, ratio = self.half_planes
+            return float(ratio ** planes)
         return (self.max_seq_len / LOBE_SPAN) ** (self.rotary / (2 * self.coarse_plane))
 
     def frequency(self, plane: int) -> float:
@@ -311,9 +332,11 @@ def heads(
     ranges: list,
     name: str,
     source: str,
+    half: bool = False,
 ) -> list[Lin]:
-    """Heads with the given Q/K copying ``values`` (split across heads of d_head values)."""
-    if prog.precision.half:
+    """Heads with the given Q/K copying ``values`` (split across heads of d_head values).
+    ``half``: the head's pattern is certified in half precision (``ops/attention_half.py``)."""
+    if prog.precision.half and not half:
         raise GeometryError(
             "precision='half' has no certified attention yet: this op reads other positions "
             "through a head whose logits and rotary angles are exact in fp32 only "

@@ -61,11 +61,12 @@ $(LLAMA_STAMP):
 		-DLLAMA_BUILD_SERVER=OFF" \
 		$(LLAMA_PY) -m pip install -q $(LLAMA_DIR)/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz
 	$(LLAMA_PY) -m pip install -q -c constraints.txt torch==2.13.0 transformers==5.24.0 \
-		safetensors tokenizers sympy numpy gguf
+		safetensors tokenizers sympy numpy gguf ortools
 	touch $(LLAMA_STAMP)
 
 runtime-llama: $(LLAMA_STAMP)
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py
+	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py --precision half
 
 # -- other runtimes (not part of `make test`) ------------------------------------------------
 # Every example compiled with d_head=32 (vLLM's CPU attention needs head_dim >= 32) by .venv

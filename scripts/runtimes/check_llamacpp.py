@@ -34,6 +34,7 @@ from transformers.utils import logging as hf_logging
 
 from examples import NAMES
 from torchwright_fx.backends.gguf import layout, save_gguf
+from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.machines import machine_of_act
 
 GGML_TYPE_F32 = 0
@@ -75,7 +76,10 @@ def llama_greedy(llm: Llama, ids: list[int], eos: int, limit: int) -> list[int]:
 def check(name: str, work: Path, samples: int, threads: int, options: dict) -> Result | str:
     module = importlib.import_module(f"examples.{name}")
     program = module.make(**options) if options else module.program
-    m = program.weights
+    try:
+        m = program.weights
+    except CompileError as e:  # precision="half" refuses what it cannot certify yet
+        return f"{name}: refused ({str(e).splitlines()[-1].strip()[:120]})"
     if not machine_of_act(m.act).llama_cpp:
         return f"{name}: skipped, compiled for machine='relu' (llama.cpp has no gated-ReLU arch)"
     print(f"{name}: GGUF arch {layout(m)[0]}, d_head {m.d_head}, max_seq_len {m.max_seq_len}",
@@ -86,9 +90,12 @@ def check(name: str, work: Path, samples: int, threads: int, options: dict) -> R
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    # a half build (an F16 GGUF) runs at llama.cpp's default context parameters: flash
+    # attention auto (on for the CPU), an f16 KV cache; an fp32 build needs them off and f32
+    settings = {} if options.get("precision") == "half" else dict(
+        flash_attn=False, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32)
     llm = Llama(model_path=str(path), n_ctx=m.max_seq_len, n_threads=threads,
-                n_threads_batch=threads, flash_attn=False, type_k=GGML_TYPE_F32,
-                type_v=GGML_TYPE_F32, logits_all=True, verbose=False)
+                n_threads_batch=threads, logits_all=True, verbose=False, **settings)
     result = Result(name)
     for prompt in prompts_for(module, samples):
         result.total += 1
@@ -144,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads for both runtimes")
     parser.add_argument("--d-head", type=int, help="compile with this d_head (64 at max_seq_len "
                         "512 overflows llama's fp32 freq_base, so the GGUF is nanbeige)")
+    parser.add_argument("--precision", choices=["fp32", "half"], default="fp32",
+                        help="half: compile certified in fp16/bf16, write an F16 GGUF and run "
+                             "it at llama.cpp's default context parameters")
     args = parser.parse_args(argv)
     options = {"d_head": args.d_head} if args.d_head else {}
+    if args.precision == "half":
+        options["precision"] = "half"
     torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
     rows, notes, failed = [], [], False

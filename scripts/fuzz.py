@@ -1,12 +1,19 @@
 """Differential fuzzing of the compiler: random programs, compiled vs eager reference.
 
     python scripts/fuzz.py --programs 300 --seed 0 [--show-refusals] [--quiet]
+    python scripts/fuzz.py --precision half --programs 500 --seed 0 [--quiet]
 
 Program i is generated from the seed ``seed * 1_000_003 + i`` (``tests/fuzzgen.py``), so one
 program is re-run with ``--programs 1 --seed S --first I``. Prints how many programs were
 generated, refused with tw.CompileError, matched, mismatched, crashed (a compile or run
 failure that is not a CompileError) or had no valid prompt (the reference itself raised); for
 each mismatch or crash the program source, the prompts, reference vs compiled output.
+
+``--precision half`` compiles with ``precision="half"`` from programs biased toward what half
+supports (ops of the current token, ``tw.shift`` by small offsets, ``tw.emit``; max_seq_len
+16..256, 512..4096 with ``--long``), and runs every compiled program through transformers from
+its saved directory in float32, float16 and bfloat16, eager and sdpa attention
+(``fuzzgen.HF_CONFIGS``) besides the in-process runtime: a difference in any is a mismatch.
 """
 
 from __future__ import annotations
@@ -97,7 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long", action="store_true",
                     help="max_seq_len from fuzzgen.LONG_SEQ_LENS (128..8192), not 8..32")
     ap.add_argument("--shrink", action="store_true", help="reduce each failing case")
+    ap.add_argument("--precision", choices=("fp32", "half"), default="fp32",
+                    help="half: precision='half' builds, checked through transformers in "
+                         "float32, float16 and bfloat16")
     args = ap.parse_args(argv)
+    half = args.precision == "half"
+    if half:
+        seq_lens = fuzzgen.HALF_LONG_SEQ_LENS if args.long else fuzzgen.HALF_SEQ_LENS
+    else:
+        seq_lens = fuzzgen.LONG_SEQ_LENS if args.long else fuzzgen.SEQ_LENS
     torch.set_num_threads(1)
 
     counts: collections.Counter[str] = collections.Counter()
@@ -107,9 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     classes: collections.Counter[str] = collections.Counter()
     start = time.perf_counter()
     for i in range(args.first, args.first + args.programs):
-        prog, prompts = fuzzgen.random_case(
-            case_seed(args.seed, i), args.opt_rate,
-            fuzzgen.LONG_SEQ_LENS if args.long else fuzzgen.SEQ_LENS)
+        prog, prompts = fuzzgen.random_case(case_seed(args.seed, i), args.opt_rate, seq_lens,
+                                            args.precision)
         out = fuzzgen.check(prog, prompts)
         counts[out.status] += 1
         if not args.quiet:
@@ -131,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             if out.status == "mismatch":
                 classes[out.known_class()] += 1
             if not args.quiet:
-                print(f"-- program {i} (--seed {args.seed} --first {i} --programs 1) --")
+                again = " --precision half" * half + " --long" * (half and args.long)
+                print(f"-- program {i} (--seed {args.seed} --first {i} --programs 1{again}) --")
                 print(out.report())
                 print(f"prompts: {prompts!r}\n", flush=True)
         elif out.status == "invalid" and args.show_invalid:
@@ -142,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{counts['matched']}, mismatched {counts['mismatch']}, crashed {counts['crash']}, "
           f"no valid prompt {counts['invalid']} ({counts['prompts invalid']} prompts skipped "
           f"as invalid input) in {elapsed:.0f}s")
+    if half:
+        print("precision half: each compiled program checked by the in-process runtime and by "
+              "transformers in " + ", ".join(f"{str(dt).removeprefix('torch.')}/{impl}"
+                                             for dt, impl in fuzzgen.HF_CONFIGS))
     if refusals:
         print("refusals (first line, count):")
         for msg, n in refusals.most_common(15):

@@ -14,6 +14,14 @@ that is not a token code) are skipped as invalid input.
 Every random choice goes through a ``Drawer``: ``RandomDrawer`` (a seeded ``random.Random``,
 for ``scripts/fuzz.py``) or ``HypothesisDrawer`` (for ``programs()``, a hypothesis strategy
 that shrinks towards the first alternative of every choice).
+
+``precision="half"`` (``scripts/fuzz.py --precision half``): programs compiled with
+``tw.compile(..., precision="half")``, generated with a bias toward what half supports (ops of
+the current token, ``tw.shift`` by small offsets, ``tw.emit``; the attention ops half refuses
+only rarely, to keep the refusal path covered), and every compiled program is also run through
+transformers as a user loads the saved directory (``AutoModelForCausalLM.from_pretrained(dir,
+dtype=...)``) in float32, float16 and bfloat16, eager and sdpa attention (``HF_CONFIGS``): a
+difference from the eager reference in any of them is a mismatch.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import linecache
 import math
 import random
 import re
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +42,11 @@ import torchwright_fx as tw
 VOCABS = ("ab01\n", "abc01\n", "abc0123\n", "ab0123456789\n")
 SEQ_LENS = (8, 12, 16, 24, 32)
 LONG_SEQ_LENS = (128, 512, 2048, 4096, 8192)  # scripts/fuzz.py --long: where fp32 bounds bind
+HALF_SEQ_LENS = (16, 32, 64, 64, 128, 256)  # precision="half" (short: six transformers runs each)
+HALF_LONG_SEQ_LENS = (512, 1024, 2048, 4096)  # precision="half" with --long
+# precision="half": (dtype, attn_implementation) of every transformers run of a compiled program
+HF_CONFIGS = tuple((dt, impl) for dt in (torch.float32, torch.float16, torch.bfloat16)
+                   for impl in ("eager", "sdpa"))
 CMP_OPS = (">", ">=", "<", "<=", "==", "!=")
 
 
@@ -85,6 +99,7 @@ class Program:
     max_seq_len: int
     optimize: int
     answer_len: int
+    precision: str = "fp32"
 
     @property
     def vocab(self) -> tw.Vocab:
@@ -99,17 +114,26 @@ class Program:
         return scope["prog"]
 
     def compile(self) -> tw.Compiled:
+        if self.precision != "fp32":
+            return tw.compile(self.function(), vocab=self.vocab, machine=self.machine,
+                              max_seq_len=self.max_seq_len, optimize=self.optimize,
+                              precision=self.precision)
         return tw.compile(self.function(), vocab=self.vocab, machine=self.machine,
                           max_seq_len=self.max_seq_len, optimize=self.optimize)
 
     def describe(self) -> str:
+        half = f" precision={self.precision!r}" if self.precision != "fp32" else ""
         return (f"# vocab={self.chars!r} machine={self.machine!r} "
-                f"max_seq_len={self.max_seq_len} optimize={self.optimize}\n{self.source}")
+                f"max_seq_len={self.max_seq_len} optimize={self.optimize}{half}\n{self.source}")
 
 
 class _Gen:
-    def __init__(self, d: Any, chars: str, max_seq_len: int):
-        self.d, self.chars, self.L = d, chars, max_seq_len
+    # precision="half": the share of picks that still draw an op half refuses (an attention
+    # op other than tw.shift), so that the refusal path stays covered
+    HALF_ATTENTION = 0.03
+
+    def __init__(self, d: Any, chars: str, max_seq_len: int, half: bool = False):
+        self.d, self.chars, self.L, self.half = d, chars, max_seq_len, half
         self.V = len(tw.Vocab(chars))
         self.digits = "".join(c for c in chars if c.isdigit())
         self.lines: list[str] = []
@@ -164,6 +188,8 @@ class _Gen:
     def int_leaf(self) -> Var:
         d = self.d
         form = d.int(0, 2)
+        if self.half and form == 2 and not d.chance(self.HALF_ATTENTION):
+            form = d.int(0, 1)
         if form == 0:
             top = d.pick((9, 9, 120, 1000))  # large values: steps far from 0 (// 100)
             table = {c: d.int(-3, top) for c in self.chars if d.chance(0.6)}
@@ -214,7 +240,10 @@ class _Gen:
                             "bit", 0, 1)
         if form == "move":
             a = self.some("bit")
-            if d.chance(0.5):
+            if self.half:
+                if not d.chance(self.HALF_ATTENTION):
+                    return self.new(f"tw.shift({a.name}, {self.half_offset()})", "bit", 0, 1)
+            elif d.chance(0.5):
                 return self.new(f"tw.shift({a.name}, {d.int(1, 3)})", "bit", 0, 1)
             return self.new(f"tw.latch({a.name}, {self.some('bit').name})", "bit", 0, 1)
         return self.bit_leaf()
@@ -222,8 +251,13 @@ class _Gen:
     # -- reals --
     def real_op(self) -> Var:
         d = self.d
-        form = d.pick(("mean", "mean_where", "div", "affine", "sdiv", "decimal", "dtable",
-                       "dwhere", "rmove", "aggregate"))
+        if self.half:
+            form = d.pick(("div", "affine", "sdiv", "decimal", "dtable", "dwhere", "rmove"))
+            if d.chance(self.HALF_ATTENTION):
+                form = d.pick(("mean", "mean_where", "aggregate"))
+        else:
+            form = d.pick(("mean", "mean_where", "div", "affine", "sdiv", "decimal", "dtable",
+                           "dwhere", "rmove", "aggregate"))
         if form == "decimal":  # constants fp32 does not hold: the reference rounds them
             a, c = self.some("int"), d.pick((0.1, 0.3, 0.7, 1.3, 2.5, 0.05))
             lo, hi = sorted((a.lo * c, a.hi * c))
@@ -240,8 +274,13 @@ class _Gen:
                             min(c1, c2), max(c1, c2), "lattice")
         if form == "rmove":
             r = self.some("real")
-            move = f"tw.shift({r.name}, {d.int(1, 3)})" if d.chance(0.5) else \
-                f"tw.latch({r.name}, {self.some('bit').name})"
+            if self.half:
+                move = f"tw.shift({r.name}, {self.half_offset()})" \
+                    if not d.chance(self.HALF_ATTENTION) else \
+                    f"tw.latch({r.name}, {self.some('bit').name})"
+            else:
+                move = f"tw.shift({r.name}, {d.int(1, 3)})" if d.chance(0.5) else \
+                    f"tw.latch({r.name}, {self.some('bit').name})"
             return self.new(move, "real", r.lo, r.hi, "moved")
         if form in ("mean", "mean_where"):
             a = self.some("int") if d.chance(0.7) else self.some("bit")
@@ -302,7 +341,7 @@ class _Gen:
         form = d.pick(("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
                        "mod", "round", "digits", "shift", "latch", "arg", "gather", "steps",
                        "count", "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign",
-                       "width", "latest", "leaf"))
+                       "width", "latest", "leaf")) if not self.half else self.half_int_form()
         a = self.some("int")
         lo, hi = math.floor(a.lo), math.ceil(a.hi)
         keep = a.kind if a.kind in ("code", "bit") else "int"
@@ -373,7 +412,8 @@ class _Gen:
             k = d.int(0, n - 1)
             return self.new(f"tw.number_to_digits({a.name}, {n})[:, {k}:{k + 1}]", "int", 0, 9)
         if form == "shift":
-            return self.new(f"tw.shift({a.name}, {d.int(0, 4)})", keep, lo, hi)
+            k = self.half_offset(zero=True) if self.half else d.int(0, 4)
+            return self.new(f"tw.shift({a.name}, {k})", keep, lo, hi)
         if form == "latch":
             return self.new(f"tw.latch({a.name}, {self.some('bit').name})", keep, lo, hi)
         if form == "arg":
@@ -442,6 +482,27 @@ class _Gen:
                             10 * lo + b.lo, 10 * hi + b.hi)
         return self.int_leaf()
 
+    # -- precision="half" --
+    HALF_INT_FORMS = ("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
+                      "mod", "round", "digits", "shift", "shift", "shift", "lookup", "lookup2",
+                      "claim", "rfloor", "mul", "d2n", "sign", "leaf")
+    HALF_REFUSED_INT_FORMS = ("latch", "arg", "gather", "steps", "count", "width", "latest")
+
+    def half_int_form(self) -> str:
+        """int_op's form in half: ops of the current token and tw.shift; rarely an attention
+        op half refuses."""
+        d = self.d
+        if d.chance(self.HALF_ATTENTION):
+            return d.pick(self.HALF_REFUSED_INT_FORMS)
+        return d.pick(self.HALF_INT_FORMS)
+
+    def half_offset(self, zero: bool = False) -> int:
+        """A shift offset: mostly 1..4 (0 too where ``zero``), sometimes up to 16."""
+        d = self.d
+        if d.chance(0.1):
+            return d.pick((5, 6, 8, 12, 16))
+        return d.int(0 if zero else 1, 4)
+
     # -- outputs --
     def code_item(self, names: bool = True) -> str:
         """An expression whose value is a whole token code at every position (``names``: a
@@ -482,8 +543,12 @@ class _Gen:
                     ints = [v for v in self.pool if v.kind in ("int", "code")]
                     if ints:
                         src = d.pick(ints)
-                        self.new(f"tw.latch({src.name}, {trigger.name})", src.kind, src.lo,
-                                 src.hi)
+                        if self.half and not d.chance(self.HALF_ATTENTION):
+                            self.new(f"tw.shift({src.name}, {self.half_offset()})", src.kind,
+                                     src.lo, src.hi)
+                        else:
+                            self.new(f"tw.latch({src.name}, {trigger.name})", src.kind, src.lo,
+                                     src.hi)
                 items.append(self.code_item())
             ret = f"tw.emit({trigger.name}, [{', '.join(items)}])"
         else:
@@ -493,13 +558,13 @@ class _Gen:
 
 
 def generate_program(d: Any, opt_rate: float = 0.08,
-                     seq_lens: tuple[int, ...] = SEQ_LENS) -> Program:
+                     seq_lens: tuple[int, ...] = SEQ_LENS, precision: str = "fp32") -> Program:
     chars = d.pick(VOCABS)
     max_seq_len = d.pick(seq_lens)
     machine = d.pick(("swiglu", "relu"))
     optimize = 1 if d.chance(opt_rate) else 0
-    source, answer_len = _Gen(d, chars, max_seq_len).program()
-    return Program(source, chars, machine, max_seq_len, optimize, answer_len)
+    source, answer_len = _Gen(d, chars, max_seq_len, precision == "half").program()
+    return Program(source, chars, machine, max_seq_len, optimize, answer_len, precision)
 
 
 def generate_prompts(d: Any, prog: Program, n_random: int = 4) -> list[str]:
@@ -546,7 +611,8 @@ class Outcome:
 
 
 def check(prog: Program, prompts: list[str]) -> Outcome:
-    """Refused with tw.CompileError, or compiled == reference on every valid prompt."""
+    """Refused with tw.CompileError, or compiled == reference on every valid prompt (in
+    precision="half" also through transformers in every ``HF_CONFIGS``)."""
     try:
         compiled = prog.compile().compile()
     except tw.CompileError as e:
@@ -556,6 +622,7 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
     vocab = prog.vocab
     out = Outcome("matched", prog)
     valid = 0
+    answers: list[tuple[str, list[int], list[int]]] = []  # prompt, ids, reference answer
     for p in prompts:
         ids = vocab.encode(p)
         try:
@@ -564,6 +631,7 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
             out.invalid.append((p, f"{type(e).__name__}: {str(e)[:200]}"))
             continue
         valid += 1
+        answers.append((p, ids, want))
         try:
             got = compiled.generate_ids(ids) if len(want) <= TEACHER_FORCED_FROM else \
                 _teacher_forced(compiled, ids, want)[:MAX_ANSWER]
@@ -572,6 +640,12 @@ def check(prog: Program, prompts: list[str]) -> Outcome:
                            + traceback.format_exc(limit=-4))
         if got != want:
             out.mismatches.append((p, _show(vocab, want), _show(vocab, got)))
+    if prog.precision == "half" and answers:
+        try:
+            out.mismatches += _hf_mismatches(compiled, answers)
+        except Exception:
+            return Outcome("crash", prog, "transformers run crashed:\n"
+                           + traceback.format_exc(limit=-4))
     if out.mismatches:
         out.status = "mismatch"
     elif not valid:
@@ -598,6 +672,13 @@ def _teacher_forced(compiled: tw.Compiled, ids: list[int], want: list[int]) -> l
     ``want`` while the top logit agrees, and the first token that differs (an extra token
     where <eos> was due included) ends it."""
     top = compiled.logits(ids + want).argmax(-1).tolist()[len(ids) - 1:]
+    return _greedy(compiled, ids, want, top)
+
+
+def _greedy(compiled: tw.Compiled, ids: list[int], want: list[int], top: list[int]
+            ) -> list[int]:
+    """_teacher_forced's answer from ``top``, the top token at each position from the
+    prompt's last on."""
     got: list[int] = []
     for k, t in enumerate(top):
         if len(ids) + len(got) >= compiled.options.max_seq_len or t == compiled.vocab.eos_id:
@@ -606,6 +687,74 @@ def _teacher_forced(compiled: tw.Compiled, ids: list[int], want: list[int]) -> l
         if k >= len(want) or t != want[k]:
             break
     return got
+
+
+# precision="half": every prompt is read in one forward pass over prompt + reference answer in
+# every HF_CONFIGS (greedy output teacher-forced, and the top token at every position against the
+# reference's, where that is a token code); the first HF_GENERATED valid prompts also go through
+# generate() (the KV cache) for at most HF_GENERATE_TOKENS new tokens
+HF_GENERATED = 2
+HF_GENERATE_TOKENS = 24
+
+
+def _reference_tokens(compiled: tw.Compiled, seq: list[int]) -> list[int | None]:
+    """The reference's token at every position of ``seq`` (None where its output is not a
+    whole token code)."""
+    out: list[int | None] = []
+    for code in compiled.traced.run(seq).tolist():
+        t = round(code)
+        ok = 0 <= t < len(compiled.vocab) and abs(code - t) <= 1e-3  # api's CODE_TOLERANCE
+        out.append(t if ok else None)
+    return out
+
+
+def _hf_mismatches(compiled: tw.Compiled, answers: list[tuple[str, list[int], list[int]]]
+                   ) -> list[tuple[str, str, str]]:
+    """The saved directory through transformers, loaded as a user loads it in each dtype and
+    attention implementation (HF_CONFIGS), against the reference: (prompt, reference, what
+    transformers printed [dtype attn path]) for each difference."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading weights" six times a program
+    vocab, eos = compiled.vocab, compiled.vocab.eos_id
+    n_max = compiled.options.max_seq_len
+    refs = [_reference_tokens(compiled, ids + want) for _, ids, want in answers]
+    found: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = compiled.save_pretrained(tmp + "/hf")
+        for dtype, impl in HF_CONFIGS:
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype,
+                                                         attn_implementation=impl).eval()
+            where = f"{str(dtype).removeprefix('torch.')} {impl}"
+            for k, ((p, ids, want), ref) in enumerate(zip(answers, refs, strict=True)):
+                with torch.no_grad():
+                    top = model(torch.tensor([ids + want])).logits[0].float().argmax(-1)
+                got = _greedy(compiled, ids, want, top.tolist()[len(ids) - 1:])[:MAX_ANSWER]
+                if got != want:
+                    found.append((p, _show(vocab, want),
+                                  f"{_show(vocab, got)} [transformers {where}, one pass]"))
+                    continue
+                wrong = [t for t, (r, g) in enumerate(zip(ref, top.tolist(), strict=True))
+                         if r is not None and r != g]
+                if wrong:
+                    t = wrong[0]
+                    found.append((p, f"position {t}: {vocab.tokens[ref[t]]!r}",  # type: ignore
+                                  f"{vocab.tokens[top[t]]!r} [transformers {where}, at "
+                                  f"{len(wrong)} positions]"))
+                    continue
+                if k >= HF_GENERATED or len(ids) >= n_max:
+                    continue
+                limit = min(n_max, len(ids) + HF_GENERATE_TOKENS)
+                with torch.no_grad():
+                    new = model.generate(torch.tensor([ids]), do_sample=False,
+                                         max_length=limit)[0, len(ids):].tolist()
+                new = new[: new.index(eos)] if eos in new else new
+                if new != want[: limit - len(ids)]:
+                    found.append((p, _show(vocab, want[: limit - len(ids)]),
+                                  f"{_show(vocab, new)} [transformers {where}, generate]"))
+    return found
 
 
 def _show(vocab: tw.Vocab, ids: list[int]) -> str:
@@ -625,9 +774,9 @@ def programs(opt_rate: float = 0.08) -> Any:
     return strategy()
 
 
-def random_case(seed: int, opt_rate: float = 0.08,
-                seq_lens: tuple[int, ...] = SEQ_LENS) -> tuple[Program, list[str]]:
+def random_case(seed: int, opt_rate: float = 0.08, seq_lens: tuple[int, ...] = SEQ_LENS,
+                precision: str = "fp32") -> tuple[Program, list[str]]:
     d = RandomDrawer(seed)
-    prog = generate_program(d, opt_rate, seq_lens)
+    prog = generate_program(d, opt_rate, seq_lens, precision)
     return prog, generate_prompts(d, prog)
 

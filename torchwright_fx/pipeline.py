@@ -25,7 +25,12 @@ import torch.fx
 from torchwright_fx import progress
 from torchwright_fx.base.errors import CompileError, GeometryError, HeadTooSmall
 from torchwright_fx.base.machines import MACHINES, PRECISIONS, MachineName
-from torchwright_fx.base.numerics import AUTO_D_HEAD, AUTO_D_HEAD_LIMIT, is_power_of_two
+from torchwright_fx.base.numerics import (
+    AUTO_D_HEAD,
+    AUTO_D_HEAD_LIMIT,
+    HALF_D_HEAD,
+    is_power_of_two,
+)
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
 from torchwright_fx.emit import certify_half
@@ -109,7 +114,9 @@ class Options:
     @property
     def head_size(self) -> int:
         """The head size lowering starts from."""
-        return AUTO_D_HEAD if self.d_head is None else self.d_head
+        if self.d_head is not None:
+            return self.d_head
+        return HALF_D_HEAD if self.half else AUTO_D_HEAD
 
 
 @dataclass

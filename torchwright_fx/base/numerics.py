@@ -306,3 +306,33 @@ HALF_SHIFT_LEAD = 160.0
 # of half scores, sdpa's kernels and llama.cpp's exponentials all run in fp32), so the head
 # copies its target's value exactly.
 HALF_ATTENTION_GAP = UNDERFLOW + 4.0
+# Positions in half precision (ops/position_half.py): up to this many, from cuts of one rotary
+# plane turning exactly 2 pi / HALF_POSITIONS per position (plane HALF_POSITION_PLANE; the shift
+# planes' ratio is set so that it does). Replayed with cut amplitude HALF_CUT_AMPLITUDE: the
+# least slack over every position in every arithmetic is 96 at 128 (eager bf16 binds); at 256
+# the same cuts fail in eager bf16 (bf16's cos/sin and tables turn the cut by ~2**-9 rad).
+HALF_POSITIONS = 128
+HALF_POSITION_PLANE = 3
+# A cut head's BOS logit is A sin(angle) + OFFSET: BOS must win by ln(i) + 25 ln 2 (its weight
+# then rounds to exactly 1 in fp32) or lose by UNDERFLOW (its weight exactly 0), so the offset
+# sits between: -42 leaves A sin(pi / 128) - 42 = 140 above and -224 below at A = 7400.
+HALF_CUT_AMPLITUDE = 7400.0
+HALF_CUT_OFFSET = -42.0
+# The half latch's logit is G (p + 1) valid: the latest valid key leads every other by G. With
+# values offset to be >= 1 the leak of the others, exp(-G) n max|v|, must stay below half an
+# fp32 unit of the target: G >= ln(n * 256) + 25 ln 2 = 27.7 at n = 128 (measured: 16 fails,
+# 24 passes at 256 positions); G * sqrt(d_head) * n = 32768 stays below fp16's 65504.
+HALF_LATCH_GAIN = 32.0
+# Half precision's head size: sqrt(64) = 8 is a power of two, so the 1/sqrt(d) scale of a
+# score is exact (the latch's scores are whole multiples of its gain), and vLLM takes it.
+HALF_D_HEAD = 64
+# Half heads put a power of two of their logit on the key (whose entries are constants or 0/1
+# indicators): the query's stored weights, already large (7400 * 8 for a position cut), are
+# multiplied by the RMSNorm identity's reader scale 2**(e - 15) and must stay below 65504.
+# Dividing the query and multiplying the key by a power of two changes no product's bits.
+HALF_KEY_GAIN = 16.0
+# The position's high digit: the circle in this many sectors (HALF_POSITIONS / 16 = 8
+# positions each), read by a Johnson code of 8 half-circle cuts, the widest cuts there are
+# (each line passes between two positions at pi / HALF_POSITIONS from either).
+HALF_POSITION_SECTORS = 16
+HALF_JOHNSON_CUTS = HALF_POSITION_SECTORS // 2  # a Johnson code of 16 states has 8 bits

@@ -35,7 +35,7 @@ from torchwright_fx.ir.ranges import BOOL, EXACT, Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import exact_within
 from torchwright_fx.lower.stream import Stream, to_stream
-from torchwright_fx.ops import attention, attention_half, ffn
+from torchwright_fx.ops import attention, attention_half, ffn, position_half
 
 
 def as_column(v: torch.Tensor) -> torch.Tensor:
@@ -141,7 +141,11 @@ def latch_stream(ctx: LowerCtx, v: Stream, when: Stream, when_at_bos: float) -> 
     # The BOS row always counts as a latch point: valid = when + (1 - when[BOS]) * is_bos.
     valid = when.cols[0] + _lower_is_token(ctx, _onehot(ctx), "<bos>").cols[0] * (1 - when_at_bos)
     ranges = moved_ranges_of(ctx, v.ranges)
-    cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
+    if ctx.prog.precision.half:
+        cols = position_half.latch(ctx.prog, ctx.geom, v.cols, ranges, valid,
+                                   ctx.bos_indicator(), ctx.name, ctx.source)
+    else:
+        cols = attention.latch(ctx.prog, ctx.geom, v.cols, ranges, valid, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)
 
 

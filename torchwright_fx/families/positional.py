@@ -40,11 +40,19 @@ def _bos(ctx: LowerCtx) -> Lin:
 def _position_lin(ctx: LowerCtx) -> Lin:
     from torchwright_fx.ops.position import position as build_position
 
+    if ctx.prog.precision.half:  # a whole number from rotary cuts (ops/position_half.py)
+        from torchwright_fx.ops import position_half
+
+        return position_half.position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
+
     return build_position(ctx.prog, ctx.geom, _bos(ctx), ctx.name, ctx.source)
 
 
 def _position_range(ctx: LowerCtx) -> Interval:
     from torchwright_fx.ops.position import noise
+
+    if ctx.prog.precision.half:
+        return Interval(0, ctx.geom.max_seq_len - 1, True)
 
     return Interval(0, ctx.geom.max_seq_len - 1, True, noise=noise(ctx.prog.machine,
                                                                     ctx.geom.max_seq_len))

@@ -41,6 +41,8 @@ from torchwright_fx.base.numerics import (
     ATTENTION_MARGIN,
     FINE_PLANE,
     FP32_UNIT,
+    HALF_POSITION_PLANE,
+    HALF_POSITIONS,
     HALF_ROTARY,
     LOBE_SPAN,
     LONG_ROTARY_DIMS,
@@ -92,6 +94,9 @@ class Geometry:
     @property
     def half_planes(self) -> tuple[int, int]:
         """Half precision: (P, r), P planes turning at r**-p (p = 0 .. P-1)."""
+        if self.max_seq_len <= HALF_POSITIONS:  # plane 3 turns 2 pi / HALF_POSITIONS exactly
+            return HALF_ROTARY[0][1], (HALF_POSITIONS / (2.0 * math.pi)) ** (
+                1.0 / HALF_POSITION_PLANE)
         return next((planes, ratio) for n, planes, ratio in HALF_ROTARY
                     if self.max_seq_len <= n)
 

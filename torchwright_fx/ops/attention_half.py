@@ -31,7 +31,7 @@ import torch
 
 from torchwright_fx.base.errors import GeometryError
 from torchwright_fx.base.machines import FP16
-from torchwright_fx.base.numerics import HALF_ATTENTION_GAP, HALF_SHIFT_LEAD
+from torchwright_fx.base.numerics import HALF_ATTENTION_GAP, HALF_KEY_GAIN, HALF_SHIFT_LEAD
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops.attention import Geometry, _inv_freq, heads
@@ -201,11 +201,13 @@ def shift(prog: Program, geom: Geometry, values: list[Lin], ranges: list, offset
     root = math.sqrt(geom.d_head)  # the emitter folds it back in (emit/emitter.py)
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]
+    # the key carries HALF_KEY_GAIN of the logit (a power of two: no product changes), so
+    # that the query's stored weights stay below 65504 under the norm's reader scale
     for r, w in enumerate(qw):
-        q[r] = Lin.constant(w / root)
+        q[r] = Lin.constant(w / root / HALF_KEY_GAIN)
     for p in range(geom.half_planes[0]):
-        k[p] = Lin.constant(1.0)
+        k[p] = Lin.constant(HALF_KEY_GAIN)
     if bonus:
-        q[geom.rotary] = Lin.constant(bonus / root)
-        k[geom.rotary] = bos
+        q[geom.rotary] = Lin.constant(bonus / root / HALF_KEY_GAIN)
+        k[geom.rotary] = bos * HALF_KEY_GAIN
     return heads(prog, geom, q, k, values, ranges, name, source, half=True)

@@ -461,7 +461,7 @@ _DEFAULTS = Options()  # the one home of the defaults
 
 def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             d_model: int | None = _DEFAULTS.d_model, d_head: int | None = _DEFAULTS.d_head,
-            max_seq_len: int = _DEFAULTS.max_seq_len, optimize: int = _DEFAULTS.optimize,
+            max_seq_len: int | None = None, optimize: int = _DEFAULTS.optimize,
             machine: MachineName | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
             output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress,
             dump: str | os.PathLike[str] | None = _DEFAULTS.dump,
@@ -476,10 +476,12 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
     outside CI; True: always; False: never). ``dump``: a directory to write each compiler
     stage's record into as text (docs/ir.md; None: ``TORCHWRIGHT_FX_DUMP`` if set).
     ``precision="half"``: a build certified in fp32, fp16 and bf16 (and llama.cpp's F16 GGUF
-    arithmetic); today it holds programs of the current token only (docs/half-precision.md)."""
-    opts = Options(d_model=d_model, d_head=d_head, max_seq_len=max_seq_len, optimize=optimize,
-                   machine=machine, exact=exact, output=output, progress=progress, dump=dump,
-                   precision=precision)
+    arithmetic); ``max_seq_len`` then defaults to 128 (docs/half-precision.md says which ops
+    half holds). ``max_seq_len=None``: 512, or 128 in half precision."""
+    length = {} if max_seq_len is None else {"max_seq_len": max_seq_len}
+    opts = Options(d_model=d_model, d_head=d_head, optimize=optimize, machine=machine,
+                   exact=exact, output=output, progress=progress, dump=dump,
+                   precision=precision, **length)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

@@ -28,7 +28,9 @@ from torchwright_fx.base.machines import MACHINES, PRECISIONS, MachineName
 from torchwright_fx.base.numerics import (
     AUTO_D_HEAD,
     AUTO_D_HEAD_LIMIT,
+    DEFAULT_LENGTH,
     HALF_D_HEAD,
+    HALF_POSITIONS,
     is_power_of_two,
 )
 from torchwright_fx.capture.propagate import propagate
@@ -58,7 +60,9 @@ class Options:
     # lengths); Build.d_head_reason says why. A number: that size, refused if a head needs more.
     # llama.cpp and transformers take any; 8 or 16 give smaller checkpoints that vLLM refuses.
     d_head: int | None = None
-    max_seq_len: int = 512
+    # None: 512, or in half precision HALF_POSITIONS (128: the length its latch and position
+    # certify; a program of shifts alone may ask for up to 16384)
+    max_seq_len: int = None  # type: ignore[assignment]  # an int after __post_init__
     optimize: int = 0  # 0: heuristic; 1-3: CP-SAT with growing time limits
     machine: MachineName | None = None  # None: from the op library used, else swiglu
     exact: bool = True  # False: accept steps without a lattice as ramps (listed in report())
@@ -77,6 +81,8 @@ class Options:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        if self.max_seq_len is None:
+            self.max_seq_len = HALF_POSITIONS if self.precision == "half" else DEFAULT_LENGTH
         choices = {"machine": (None, *MACHINES), "optimize": (0, 1, 2, 3),
                    "output": ("code", "value"), "exact": (True, False),
                    "progress": (None, True, False), "precision": tuple(PRECISIONS)}
@@ -250,7 +256,11 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         progress.stage("emit")
         placed = place(prog, plan, geom)
         dump("place", format_placement, placed)
-        machine = emit(prog, plan, geom, placed)
+        energy = None
+        if prog.precision.half:  # the norm sized from the values each column can take
+            progress.stage("certify: value sets")
+            energy = certify_half.energy(prog, certify_half.values(prog))
+        machine = emit(prog, plan, geom, placed, energy)
         if prog.precision.half:
             progress.stage("certify: replay in fp32, fp16, bf16, llama.cpp")
             machine.meta["half_leads"] = certify_half.certify(prog, plan, machine, placed)

@@ -336,3 +336,5 @@ HALF_KEY_GAIN = 16.0
 # (each line passes between two positions at pi / HALF_POSITIONS from either).
 HALF_POSITION_SECTORS = 16
 HALF_JOHNSON_CUTS = HALF_POSITION_SECTORS // 2  # a Johnson code of 16 states has 8 bits
+# The default max_seq_len of an fp32 build (pipeline.Options).
+DEFAULT_LENGTH = 512

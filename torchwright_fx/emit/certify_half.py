@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from torchwright_fx.emit.machine import ACTIVATIONS, Machine
 from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import FFN, Head, Lane, NodeRecord, Producer, Program, Signal
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.schedule.plan import Plan
 
 ADVICE = "compile with precision='fp32' (the default)"
@@ -76,6 +78,8 @@ class Known:
 
     per_token: dict[int, np.ndarray] = field(default_factory=dict)
     sets: dict[int, np.ndarray] = field(default_factory=dict)
+    # what tw.claim declared of affine forms: points outside a claim are not in any domain
+    claims: list[tuple[Lin, Interval]] = field(default_factory=list)
 
 
 def _domain_size(known: Known, reads: list[int]) -> int:
@@ -107,7 +111,17 @@ def _domain(known: Known, reads: list[int], n_tokens: int, where: Signal | Produ
     out = {s: rows[idx, c] for c, s in enumerate(tok)}
     for c, s in enumerate(other):
         out[s] = np.array([g[c + 1] for g in grid], dtype=np.float64)
-    return out, False
+    keep = np.ones(len(idx), dtype=bool)
+    for form, rng in known.claims:  # points a claim rules out never occur
+        if form.terms and set(form.terms) <= set(out) and rng.finite:
+            value, _ = _eval(form, out, len(idx))
+            keep &= (value >= rng.lo) & (value <= rng.hi)
+            if rng.step:
+                k = (value - float(rng.offset)) / float(rng.step)
+                keep &= np.abs(k - np.round(k)) < 1e-9
+    if not keep.any():
+        keep[0] = True  # (an empty domain: keep one point, so shapes stay defined)
+    return {s: v[keep] for s, v in out.items()}, False
 
 
 def _eval(lin: Lin, cols: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -176,11 +190,11 @@ def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float
         f"{got:.9g} where the exact value is {want:.9g}; {ADVICE}")
 
 
-def _ffn(prog: Program, known: Known, p: FFN) -> None:
+def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]) -> None:
     """Replay the bank on its inputs' joint domain, or lane by lane where that is too large."""
     n_tokens = len(prog.vocab.tokens)
     if _domain_size(known, sorted(p.reads())) > HALF_CERTIFY_POINTS:
-        _ffn_by_lane(prog, known, p)
+        _ffn_by_lane(prog, known, p, arithmetics)
         return
     cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
     n = n_tokens if by_token else len(next(iter(cols.values()))) if cols else 1
@@ -188,7 +202,7 @@ def _ffn(prog: Program, known: Known, p: FFN) -> None:
     ups = np.stack([_dot(lane.up, cols, n, p, "up") for lane in p.lanes], axis=1)
     sids, down = _down_matrix(p)
     exact = (np.maximum(gates, 0.0) * ups) @ down.T
-    for name, arith in ARITHMETICS.items():
+    for name, arith in arithmetics.items():
         got = arith.down(arith.lanes(gates, ups, prog.machine.act), down)
         bad = np.argwhere(got != exact)
         if len(bad):
@@ -204,11 +218,36 @@ def _ffn(prog: Program, known: Known, p: FFN) -> None:
             known.sets[sid] = np.unique(exact[:, o])
 
 
+def _claimed(claims: list[tuple[Lin, Interval]], lin: Lin) -> tuple[list[int], np.ndarray]:
+    """A claim covering part of ``lin``: its signals and the values that part takes (the
+    part is a multiple of the claimed form, whose values tw.claim declared and the reference
+    checks), else ([], empty)."""
+    for form, rng in claims:
+        if not form.terms or not set(form.terms) <= set(lin.terms) or not rng.finite or \
+                rng.step is None or rng.step == 0:
+            continue
+        s0 = next(iter(form.terms))
+        ratio = lin.terms[s0] / form.terms[s0]
+        if all(lin.terms[s] == ratio * c for s, c in form.terms.items()):
+            first = math.ceil((Fraction(rng.lo) - rng.offset) / rng.step)
+            last = math.floor((Fraction(rng.hi) - rng.offset) / rng.step)
+            if last - first > HALF_CERTIFY_POINTS:
+                continue
+            points = np.array([float(rng.offset + rng.step * k) for k in range(first, last + 1)])
+            return sorted(form.terms), ratio * (points - float(form.const))
+    return [], np.zeros(0)
+
+
 def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarray:
     """Every value ``lin`` can take (a superset: its signals taken as independent, those of
-    the current token jointly), after checking that its dot product is exact in fp32."""
-    tok = [s for s in lin.terms if s in known.per_token]
-    parts = [lin.terms[s] * known.sets[s] for s in lin.terms if s not in known.per_token]
+    the current token jointly, a claimed part by its claim), after checking that its dot
+    product is exact in fp32."""
+    covered, claimed = _claimed(known.claims, lin)
+    tok = [s for s in lin.terms if s in known.per_token and s not in covered]
+    parts = [lin.terms[s] * known.sets[s] for s in lin.terms
+             if s not in known.per_token and s not in covered]
+    if covered:
+        parts.append(claimed)
     base = np.unique(sum((lin.terms[s] * known.per_token[s] for s in tok),
                          np.zeros(1)) + float(lin.const))
     bits = max([_fraction_bits(base)] + [_fraction_bits(v) for v in parts])
@@ -244,7 +283,8 @@ def _lane_points(prog: Program, known: Known, lane: Lane, p: FFN
             _dot(lane.up, cols, n, p, "up")[:, None])
 
 
-def _ffn_by_lane(prog: Program, known: Known, p: FFN) -> None:
+def _ffn_by_lane(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]
+                 ) -> None:
     """Each lane exact on its own inputs' domain, in every arithmetic; then the down
     projection's sum is exact in fp32 (every term on a grid 2**-g, the magnitudes' sum below
     2**(24 - g)), and its result a number both half formats hold: every multiple of 2**-g
@@ -254,7 +294,7 @@ def _ffn_by_lane(prog: Program, known: Known, p: FFN) -> None:
     for i, lane in enumerate(p.lanes):
         gate, up = _lane_points(prog, known, lane, p)
         exact = np.maximum(gate, 0.0) * up
-        for name, arith in ARITHMETICS.items():
+        for name, arith in arithmetics.items():
             got = arith.lanes(gate, up, prog.machine.act)
             bad = np.argwhere(got != exact)
             if len(bad):
@@ -284,18 +324,15 @@ def _ffn_by_lane(prog: Program, known: Known, p: FFN) -> None:
 
 
 def _head(prog: Program, known: Known, h: Head) -> None:
-    """A head's copy: its values must be exact dot products; its pattern is certified by the
-    attention replay (``attention.check_half``, at lowering)."""
-    n_tokens = len(prog.vocab.tokens)
-    reads = sorted(set().union(*(lin.signals() for lin in h.v)))
-    cols, by_token = _domain(known, reads, n_tokens, h)
-    n = n_tokens if by_token else len(next(iter(cols.values()))) if cols else 1
+    """A head's copy: each value an exact dot product that fp16 and bf16 hold; its pattern is
+    certified by the attention replay at lowering (``ops/attention_half.py``,
+    ``ops/position_half.py``). The copy's values: the set of values its source can take."""
     for lin, sid in zip(h.v, h.outputs, strict=True):
-        v = _dot(lin, cols, n, h, "value")
+        v = _lin_values(known, lin, h, "value")
         if not exact_in_half(torch.from_numpy(v)):
             raise CompileError(f"{h.source}\n  {h.name}: precision='half' copies values that "
                                f"fp16 or bf16 does not hold; {ADVICE}")
-        known.sets[sid] = np.unique(v)
+        known.sets[sid] = v
 
 
 def _weights_exact(prog: Program, plan: Plan, m: Machine, placed: Placement) -> None:
@@ -341,23 +378,41 @@ def _reader(prog: Program, readers: dict[int, list[int]], sid: int
     return nodes[-1] if nodes else prog.signals[sid]
 
 
+def values(prog: Program, arithmetics: dict[str, Arithmetic] | None = None) -> Known:
+    """Every signal's values (per token, or as a set), producer by producer; with
+    ``arithmetics``, every MLP bank replayed in each (refused where not exact)."""
+    known = Known(per_token={s: np.asarray(t, dtype=np.float64)
+                             for s, t in prog.embed_tables.items()}, claims=list(prog.claims))
+    for pid in sorted(prog.producers):
+        p = prog.producers[pid]
+        if isinstance(p, FFN):
+            _ffn(prog, known, p, arithmetics or {})
+        else:
+            _head(prog, known, p)
+    return known
+
+
+def energy(prog: Program, known: Known) -> float:
+    """A bound on the sum of squares of the data columns at any position, from the values
+    each can take (tighter than the facts' ranges, which ``emitter.data_energy`` reads)."""
+    total = 1.0  # the constant column (emit/half.py adds what it holds beyond 1)
+    for s in prog.live_signals():
+        v = known.per_token.get(s, known.sets.get(s))
+        if v is not None and v.size:
+            total += float(np.abs(v).max()) ** 2
+    return total
+
+
 def certify(prog: Program, plan: Plan, m: Machine, placed: Placement) -> dict[str, float]:
     """Replay every producer of ``m`` in each arithmetic; refuse the first one that is not
     exact, naming the user's line. Returns the output's logit lead in each arithmetic: every
     step column is exact, so lm_head gives the code G and every other token 0."""
     _weights_exact(prog, plan, m, placed)
-    known = Known(per_token={s: np.asarray(t, dtype=np.float64)
-                             for s, t in prog.embed_tables.items()})
-    for pid in sorted(prog.producers):
-        p = prog.producers[pid]
-        if isinstance(p, FFN):
-            _ffn(prog, known, p)
-        else:
-            _head(prog, known, p)
+    known = values(prog, ARITHMETICS)
     for s in prog.live_signals():
-        values = known.per_token.get(s, known.sets.get(s))
-        assert values is not None, f"signal {prog.signals[s].name} was never certified"
-        if not exact_in_half(torch.from_numpy(values)):
+        held = known.per_token.get(s, known.sets.get(s))
+        assert held is not None, f"signal {prog.signals[s].name} was never certified"
+        if not exact_in_half(torch.from_numpy(held)):
             sig = prog.signals[s]
             raise CompileError(f"{sig.source}\n  {sig.name}: precision='half' keeps every value "
                                f"in fp16 and bf16, and this one does not fit; {ADVICE}")

@@ -122,10 +122,12 @@ def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int, scale: float = 1.0
             down.store(torch.zeros(d, d_ff, dtype=torch.float32)))
 
 
-def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None
-         ) -> Machine:
+def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None,
+         energy: float | None = None) -> Machine:
+    """``energy``: half precision's bound on the residual's sum of squares (from the
+    certificate's value sets; default: the facts' ranges)."""
     if prog.precision.half:
-        return _emit_half(prog, plan, geom, placed or place(prog, plan, geom))
+        return _emit_half(prog, plan, geom, placed or place(prog, plan, geom), energy)
     w = _Writer(prog, plan)
     d, vocab = plan.d_model, len(prog.vocab)
     pins: Pins = choose_pins(d, data_energy(prog))
@@ -165,12 +167,13 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     )
 
 
-def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement) -> Machine:
+def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement,
+               energy: float | None) -> Machine:
     """The half-precision machine: the pin-free RMSNorm identity and the one-hot lm_head
     (``emit/half.py``); certified afterwards by ``emit/certify_half.py``."""
     w = _Writer(prog, plan, const_scaled=False)
     d, vocab = plan.d_model, len(prog.vocab)
-    energy = data_energy(prog)
+    energy = data_energy(prog) if energy is None else energy
     norm = half.choose_norm(d, energy)
     embed = torch.zeros(vocab, d, dtype=torch.float64)
     embed[:, plan.const_col] = norm.reader_scale

@@ -263,6 +263,8 @@ def _lower_claim(ctx: LowerCtx, v: Stream, lo: float, hi: float, integral: bool 
             claimed = dataclasses.replace(claimed, max_den=r.max_den, den_group=r.den_group,
                                           near_integral=r.near_integral)
         out.append(claimed)
+    if ctx.prog.precision.half:  # the certificate's value sets may use it (certify_half.py)
+        ctx.prog.claims.extend(zip(v.cols, out, strict=True))
     return Stream(v.cols, out, v.is_bool or all(r.is_bool for r in out))
 
 

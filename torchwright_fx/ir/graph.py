@@ -137,6 +137,9 @@ class Program:
     # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
     output_steps: tuple[Lin, ...] = ()
     output_codes: tuple[int, int] = (0, -1)
+    # half precision: what tw.claim declared of an affine form (its range and lattice), which
+    # the certificate may take as the form's values (emit/certify_half.py)
+    claims: list[tuple[Lin, Interval]] = field(default_factory=list)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,7 +153,7 @@ class Program:
             signals=dict(self.signals), embed_tables=dict(self.embed_tables),
             producers={pid: _copy_producer(p) for pid, p in self.producers.items()},
             approximations=list(self.approximations), nodes=dict(self.nodes),
-            checks=list(self.checks),
+            checks=list(self.checks), claims=list(self.claims),
             shared=dataclasses.replace(self.shared, indicators=dict(self.shared.indicators)),
             _embed_index=dict(self._embed_index))
         fields.update(changes)

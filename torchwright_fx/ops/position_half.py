@@ -187,10 +187,10 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     bank = Bank(prog.machine, 1 + 2 * (LOW - 1))
     for h in range(HIGH):
         code = _johnson(h)
-        # 1 where the cuts spell h's code, <= -1 elsewhere, and at <bos> (whose cuts all
-        # read 1) below -1: position 0 decodes to the high digit 0
+        # 1 where the cuts spell h's code, <= -1 elsewhere; at <bos> every cut reads 1 (the
+        # code of h = 8), and the -2 there turns that lane off too: position 0 reads h = 0
         match = sum(((b * 2 - 1) * (1 if bit else -1) for b, bit in zip(bits, code, strict=True)),
-                    Lin()) - (HALF_JOHNSON_CUTS - 1) - bos * float(2 * HALF_JOHNSON_CUTS)
+                    Lin()) - (HALF_JOHNSON_CUTS - 1) - bos * 2.0
         if h:
             bank.hinge(0, match, float(h))
         for t in range(1, LOW):
@@ -209,12 +209,15 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     return pos
 
 
+# the widest range of latched values the gain keeps exact at HALF_POSITIONS positions
+_LATCH_SPAN = int(math.exp(HALF_LATCH_GAIN - 25 * math.log(2)) / HALF_POSITIONS)
+
+
 def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interval],
           valid: Lin, bos: Lin, name: str, source: str) -> list[Lin]:
     """Each value at the latest j <= i with ``valid_j`` = 1 (module docstring)."""
     n = geom.max_seq_len
-    leak = math.log(n * 256) + 25 * math.log(2)
-    if n > HALF_POSITIONS or HALF_LATCH_GAIN < leak or \
+    if n > HALF_POSITIONS or \
             HALF_LATCH_GAIN * math.sqrt(geom.d_head) * n >= FP16.max_finite:
         raise GeometryError(f"precision='half' latches over at most {HALF_POSITIONS} positions "
                             f"(max_seq_len={n})", ADVICE)
@@ -229,11 +232,13 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interva
     k[geom.rotary] = key * HALF_KEY_GAIN
     shifted, moved = [], []
     for v, r in zip(values, ranges, strict=True):
-        if not (r.finite and r.hi - r.lo + 1 <= 256):
+        # the others' leak, exp(-G) n max|v'|, must round away against the target (>= 1)
+        span = r.hi - r.lo + 1 if r.finite else math.inf
+        if not math.log(n * span) + 25 * math.log(2) <= HALF_LATCH_GAIN:
             raise GeometryError(
-                f"precision='half' latches values within 256 of each other, and this one spans "
-                f"[{r.lo:g}, {r.hi:g}]", "latch a smaller value, or compile with "
-                "precision='fp32'")
+                f"precision='half' latches values within {_LATCH_SPAN:,} of each other, and "
+                f"this one's range is [{r.lo:g}, {r.hi:g}]", "latch a smaller value (declare "
+                "its range with tw.claim), or compile with precision='fp32'")
         shifted.append(v + (1.0 - r.lo))  # >= 1: the others' leak rounds away
         moved.append(r.shift(1.0 - r.lo))
     out = heads(prog, geom, q, k, shifted, moved, name, source, half=True)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
+from torchwright_fx.base.machines import current_precision
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
@@ -155,6 +157,22 @@ def lane_count(f: Pwl, rng: Interval) -> int:
     return sum(1 for h in f.hinges if rng.lo < h.knot < rng.hi)
 
 
+def _half_sharpness(h: Hinge, rng: Interval) -> float:
+    """Half precision: the hinge's sharpness raised (by powers of two) until its SwiGLU gate
+    S * s * (x - knot) is at least S in magnitude at every lattice point of x but the knot,
+    where SiLU is exactly relu in every format (SiLU(-128) is 0 in fp32: exp overflows)."""
+    if rng.step is None or rng.step == 0:
+        return h.sharpness
+    k = Fraction(h.knot)
+    n = (k - rng.offset) / rng.step
+    below = rng.offset + rng.step * math.floor(n)
+    gaps = [g for g in (k - below, below + rng.step - k) if g > 0]
+    if below == k:
+        gaps = [rng.step]
+    need = 1.0 / float(min(gaps))
+    return max(h.sharpness, 2.0 ** math.ceil(math.log2(need))) if need > 1 else h.sharpness
+
+
 def emit(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:
     """Write ``f(x)`` to column ``out``: lanes into the bank, the affine part returned.
 
@@ -163,8 +181,10 @@ def emit(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:
     their sums are exact in fp32 (the SwiGLU gate S*s*(x - k) and up 1/S scale by powers of 2).
     """
     affine, lanes = lane_terms(f, rng)
+    half = current_precision().half and bank.machine.smooth_hinge
     for h, side in lanes:
-        bank.hinge(out, (x - h.knot) * (side * h.sharpness), h.weight / h.sharpness)
+        sharp = _half_sharpness(h, rng) if half else h.sharpness
+        bank.hinge(out, (x - h.knot) * (side * sharp), h.weight / sharp)
     return Emitted(x * affine.slope + affine.const, _lanes_range(lanes, rng),
                    _magnitude(lanes, rng))
 

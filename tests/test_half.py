@@ -122,17 +122,56 @@ def test_half_shift_is_exact_at_every_position(fn, n, tmp_path):
             assert got[1:] == want[1:], (dtype, impl)
 
 
+def latched(x: torch.Tensor) -> torch.Tensor:
+    d = tw.lookup(x, DIGITS, default=0)
+    return tw.token("0") + tw.latch(d, tw.is_token(x, "+"))
+
+
+def since_plus(x: torch.Tensor) -> torch.Tensor:
+    return tw.token("0") + torch.clamp(tw.steps_since(tw.is_token(x, "+")), 0, 9)
+
+
+def position_mod(x: torch.Tensor) -> torch.Tensor:
+    return tw.token("0") + tw.position(x) % 10
+
+
+@pytest.mark.parametrize("fn", [latched, since_plus, position_mod])
+def test_half_latch_and_position_are_exact_at_every_position(fn, tmp_path):
+    compiled = tw.compile(fn, vocab=VOCAB, precision="half").compile()
+    assert compiled.stats()["max_seq_len"] == 128  # half's default
+    compiled.save_pretrained(tmp_path)
+    rng = random.Random(7)
+    for _ in range(2):
+        ids = [VOCAB.bos_id] + [rng.choice([3, 4, 13, 14]) for _ in range(127)]  # digits, +
+        want = compiled.traced.run(ids).round().long().tolist()
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for impl in ("eager", "sdpa"):
+                model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype,
+                                                             attn_implementation=impl)
+                with torch.no_grad():
+                    got = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+                assert got[1:] == want[1:], (dtype, impl)
+
+
+def test_a_latch_beyond_128_positions_is_refused_with_the_way_out():
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(latched, vocab=VOCAB, precision="half", max_seq_len=512).compile()
+    text = str(e.value)
+    assert "tw.latch(d" in text and "max_seq_len" in text and "precision='fp32'" in text
+    tw.compile(latched, vocab=VOCAB, precision="half", max_seq_len=128).compile()  # followed
+
+
 def test_attention_half_cannot_hold_is_refused_with_the_line_and_the_way_out():
-    def latched(x: torch.Tensor) -> torch.Tensor:
+    def averaged(x: torch.Tensor) -> torch.Tensor:
         d = tw.lookup(x, DIGITS, default=0)
-        return tw.token("0") + tw.latch(d, tw.is_token(x, "+"))
+        return tw.token("0") + (tw.mean(d) >= 5).long()
 
     with pytest.raises(tw.CompileError) as e:
-        tw.compile(latched, vocab=VOCAB, precision="half").compile()
+        tw.compile(averaged, vocab=VOCAB, precision="half").compile()
     text = str(e.value)
-    assert "tw.latch(d" in text and "precision='fp32'" in text
+    assert "tw.mean(d)" in text and "precision='fp32'" in text
     # the advice followed compiles
-    tw.compile(latched, vocab=VOCAB, precision="fp32").compile()
+    tw.compile(averaged, vocab=VOCAB, precision="fp32").compile()
 
 
 def test_a_shift_half_cannot_certify_is_refused():

@@ -209,8 +209,9 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     return pos
 
 
-# the widest range of latched values the gain keeps exact at HALF_POSITIONS positions
-_LATCH_SPAN = int(math.exp(HALF_LATCH_GAIN - 25 * math.log(2)) / HALF_POSITIONS)
+def _latch_span() -> int:
+    """The widest range of latched values the gain keeps exact at HALF_POSITIONS positions."""
+    return int(math.exp(HALF_LATCH_GAIN - 25 * math.log(2)) / HALF_POSITIONS)
 
 
 def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interval],
@@ -236,7 +237,7 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interva
         span = r.hi - r.lo + 1 if r.finite else math.inf
         if not math.log(n * span) + 25 * math.log(2) <= HALF_LATCH_GAIN:
             raise GeometryError(
-                f"precision='half' latches values within {_LATCH_SPAN:,} of each other, and "
+                f"precision='half' latches values within {_latch_span():,} of each other, and "
                 f"this one's range is [{r.lo:g}, {r.hi:g}]", "latch a smaller value (declare "
                 "its range with tw.claim), or compile with precision='fp32'")
         shifted.append(v + (1.0 - r.lo))  # >= 1: the others' leak rounds away

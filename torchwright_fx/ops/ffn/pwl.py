@@ -13,6 +13,7 @@ from torchwright_fx.base.machines import current_precision
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     Interval,
+    read_float,
 )
 from torchwright_fx.ops.lanes import Bank
 
@@ -163,14 +164,21 @@ def _half_sharpness(h: Hinge, rng: Interval) -> float:
     where SiLU is exactly relu in every format (SiLU(-128) is 0 in fp32: exp overflows)."""
     if rng.step is None or rng.step == 0:
         return h.sharpness
-    k = Fraction(h.knot)
+    k = read_float(h.knot)  # as the lattice reads it (a knot 8.999999999999998 is on 9)
     n = (k - rng.offset) / rng.step
+    if abs(n - round(n)) * rng.step < Fraction(1, 2 ** 20) * rng.step:
+        n = Fraction(round(n))
+        k = rng.offset + rng.step * n
     below = rng.offset + rng.step * math.floor(n)
     gaps = [g for g in (k - below, below + rng.step - k) if g > 0]
     if below == k:
         gaps = [rng.step]
     need = 1.0 / float(min(gaps))
-    return max(h.sharpness, 2.0 ** math.ceil(math.log2(need))) if need > 1 else h.sharpness
+    if h.sharpness >= need:
+        return h.sharpness
+    # doubled, not rounded up to a power of two: s * (x - k) keeps its lattice (s = 10 on a
+    # lattice of tenths gives whole numbers; 16 would not)
+    return h.sharpness * 2.0 ** math.ceil(math.log2(need / h.sharpness))
 
 
 def emit(bank: Bank, out: int, x: Lin, rng: Interval, f: Pwl) -> Emitted:

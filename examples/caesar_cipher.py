@@ -86,7 +86,7 @@ def make(max_letters: int = MAX_LETTERS, **options: Any) -> tw.Compiled:
                 # when the digit is in place (shifted <= 34 < 61 - 35).
                 code = code + torch.where(digit_in_place.bool(), a + shifted - eos, 0)
                 code = code - 26 * (shifted + 35 * digit_in_place >= 61).float()
-            slots.append(code)
+            slots.append(tw.claim(code, 0, len(VOCAB) - 1, integral=True))  # a token code
         held = tw.latch(torch.cat(slots, dim=-1), newline)
         return tw.emit(newline, [held[:, k:k + 1] for k in range(max_letters)])
 

@@ -14,7 +14,7 @@ import torch
 import torchwright_fx as tw
 from examples import NAMES
 
-HALF = ["adder_1digit", "adder", "binary_increment", "fibonacci"]
+HALF = ["adder_1digit", "adder", "binary_increment", "caesar_cipher", "fibonacci"]
 
 
 @pytest.mark.parametrize("name", HALF)

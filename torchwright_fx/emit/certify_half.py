@@ -185,9 +185,13 @@ def _down_matrix(p: FFN) -> tuple[list[int], np.ndarray]:
 
 def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float) -> None:
     sig = prog.signals[sid]
+    why = ("its lane's gate leaves fp16's range (65504 = 128 x 511: keep what a step or "
+           "relu reads within 511 of its threshold)" if not math.isfinite(got) else
+           "a value on its way is not an fp16/bf16 number (bf16 holds whole numbers to 256)")
     raise CompileError(
         f"{sig.source}\n  {sig.name}: precision='half' is not exact in {name}: {at} it computes "
-        f"{got:.9g} where the exact value is {want:.9g}; {ADVICE}")
+        f"{got:.9g} where the exact value is {want:.9g}: {why}; tw.claim the range that "
+        f"occurs if it is smaller, or {ADVICE}")
 
 
 def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]) -> None:
@@ -330,8 +334,13 @@ def _head(prog: Program, known: Known, h: Head) -> None:
     for lin, sid in zip(h.v, h.outputs, strict=True):
         v = _lin_values(known, lin, h, "value")
         if not exact_in_half(torch.from_numpy(v)):
-            raise CompileError(f"{h.source}\n  {h.name}: precision='half' copies values that "
-                               f"fp16 or bf16 does not hold; {ADVICE}")
+            worst = float(v[torch.from_numpy(v).bfloat16().double().numpy() != v][0])
+            raise CompileError(
+                f"{h.source}\n  {h.name}: precision='half' copies values that fp16 and bf16 "
+                f"hold (bf16: every whole number to 256), and this one may reach {worst:g} "
+                f"(taking its terms as independent, values in [{v.min():g}, {v.max():g}]); if "
+                "fewer values occur, declare them with tw.claim(v, lo, hi, integral=True) "
+                f"before this op, or {ADVICE}")
         known.sets[sid] = v
 
 
@@ -344,10 +353,15 @@ def _weights_exact(prog: Program, plan: Plan, m: Machine, placed: Placement) -> 
             parts = (layer.gate_up[rows], layer.gate_up[[r + m.d_ff for r in rows]],
                      layer.down[cols][:, rows])
             if not all(exact_in_half(t) for t in parts):
+                worst = next(float(x) for t in parts for x in t.flatten()
+                             if not exact_in_half(torch.tensor([float(x)])))
                 raise CompileError(
                     f"{f.source}\n  {f.name}: precision='half' needs every weight to be an "
-                    "fp16 and bf16 number, and this op's lanes need one neither holds "
-                    f"(its steps or table entries are too fine); {ADVICE}")
+                    f"fp16 and bf16 number, and this op's lanes need {worst:g} (a step or "
+                    "table entry too fine, a coefficient too large, or a value beyond 256 "
+                    "that a step reads: half holds whole numbers to 256 in bf16); keep the "
+                    "values it reads small (tw.claim the range that occurs), or "
+                    f"{ADVICE}")
         if not exact_in_half(layer.qkv) or not exact_in_half(layer.o):
             raise CompileError(f"an attention weight is not an fp16 and bf16 number (a "
                                f"compiler bug: the half geometry rounds them); {ADVICE}")

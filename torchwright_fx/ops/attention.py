@@ -343,11 +343,13 @@ def heads(
     ``half``: the head's pattern is certified in half precision (``ops/attention_half.py``)."""
     if prog.precision.half and not half:
         raise GeometryError(
-            "precision='half' has no certified attention yet: this op reads other positions "
-            "through a head whose logits and rotary angles are exact in fp32 only "
-            "(docs/half-precision.md says what half needs)",
-            "compile with precision='fp32' (the default), or keep the program to values of "
-            "the current token (tw.is_token, tw.lookup, comparisons, arithmetic)")
+            "precision='half' does not certify this op's head: half holds tw.shift and "
+            "tw.emit (to 16384 positions) and tw.latch, tw.position and tw.steps_since (to "
+            "128); averaging heads (tw.mean, tw.aggregate, tw.selector_width) and content "
+            "selections (tw.gather, tw.select, tw.argmax) are built for fp32, whose 24 bits "
+            "hold their weights 1/n and their content scores (docs/half-precision.md)",
+            "compile with precision='fp32' (the default), or express it with the ops half "
+            "holds")
     out: list[Lin] = []
     for start in range(0, len(values), geom.d_head):
         chunk = values[start : start + geom.d_head]

@@ -58,7 +58,9 @@ def measure(name: str) -> list[dict]:
             program = module.make(**options).compile()
             row["seconds"] = time.perf_counter() - start
         except tw.CompileError as e:
-            row["refused"] = str(e).splitlines()[-1].strip()[:110]
+            lines = [ln.strip() for ln in str(e).splitlines()]
+            row["refused"] = next((ln for ln in lines if "precision='half'" in ln),
+                                  lines[-1])[:110]
             rows.append(row)
             continue
         s = program.stats()
@@ -90,7 +92,8 @@ def markdown(rows: list[dict]) -> str:
           "tok/s bf16 | right |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "refused" in r:
-            md.append(f"| {r['name']} | {r['build']} | refused: {r['refused']} ||||||||")
+            md.append(f"| {r['name']} | {r['build']} | refused: {r['refused']} | | | | | | "
+                      "| |")
             continue
         bf16 = f"{r['tok_s_bf16']:.0f}" if "tok_s_bf16" in r else ""
         md.append(f"| {r['name']} | {r['build']} | {r['layers']} | {r['d_model']} | "

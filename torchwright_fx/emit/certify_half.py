@@ -185,8 +185,10 @@ def _down_matrix(p: FFN) -> tuple[list[int], np.ndarray]:
 
 def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float) -> None:
     sig = prog.signals[sid]
-    why = ("its lane's gate leaves fp16's range (65504 = 128 x 511: keep what a step or "
-           "relu reads within 511 of its threshold)" if not math.isfinite(got) else
+    why = ("its lanes' values do not sum exactly (a SiLU of a gate under 17, as in a product "
+           "of two streams that are not 0/1, is exact in no format; or a gate beyond fp16's "
+           "65504 = 128 x 511: keep what a step or relu reads within 511 of its threshold)"
+           if not math.isfinite(got) else
            "a value on its way is not an fp16/bf16 number (bf16 holds whole numbers to 256)")
     raise CompileError(
         f"{sig.source}\n  {sig.name}: precision='half' is not exact in {name}: {at} it computes "

@@ -86,13 +86,19 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, sca
     qkv, o = _Sparse(), _Sparse()  # qkv rows: [Q; K; V]
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
     q_scale = math.sqrt(d_head) * scale  # scale: the half norm's reader scale (emit/half.py)
+    # q's scales (terms, constant) and k's: in half precision the reader scale R moves from
+    # the query to the key (q / R, k * R: powers of two, no product changes), since the
+    # query's weights are the large ones (a position cut's 7400 x 8) and must stay < 65504
+    root = math.sqrt(d_head)
+    qs, qc, ks, kc = (root, root / scale, scale * scale, scale) if not w.const_scaled else \
+        (q_scale, root, scale, scale)
     first_cancel = len(layer.heads) - layer.n_cancel
     for h, head in enumerate(layer.heads):
         base = h * d_head
         sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
         for r in range(d_head):
-            qkv.row(base + r, w.entries(head.q[r], q_scale, math.sqrt(d_head)))
-            qkv.row(width + base + r, w.entries(head.k[r], scale))
+            qkv.row(base + r, w.entries(head.q[r], qs, qc))
+            qkv.row(width + base + r, w.entries(head.k[r], ks, kc))
         for r, (lin, sid) in enumerate(zip(head.v, head.outputs, strict=True)):
             qkv.row(2 * width + base + r, w.entries(lin, scale))
             col = w.column(sid)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from torchwright_fx.base.errors import RangeError
-from torchwright_fx.base.machines import MachineKind
+from torchwright_fx.base.machines import MachineKind, current_precision
 from torchwright_fx.base.numerics import (
     HINGE_MAX_ERROR,
     KNOT_SPACING,
@@ -93,7 +93,10 @@ def product(bank: Bank, out: int, a: Lin, ra: Interval, b: Lin, rb: Interval,
     a*b = ((a+b)**2 - (a-b)**2) / 4 with each square a table over its declared range
     (exact on lattice points; elsewhere within (step**2)/16).
     """
-    if bank.machine.gated_up:
+    half = current_precision().half
+    if bank.machine.gated_up and not (half and (ra.is_bool or rb.is_bool)):
+        # (in half precision SiLU(1) b + SiLU(-1) (-b) rounds in every format: a 0/1 factor
+        # gates instead, below, whose gates saturate)
         bank.lane(out, a, b)
         bank.lane(out, -a, -b)
         return

@@ -80,6 +80,17 @@ class Known:
     sets: dict[int, np.ndarray] = field(default_factory=dict)
     # what tw.claim declared of affine forms: points outside a claim are not in any domain
     claims: list[tuple[Lin, Interval]] = field(default_factory=list)
+    # the facts of every node's columns of several signals (lowering's sound bounds): they
+    # rule points out the same way (a sum of mutually exclusive terms, a 0/1 condition)
+    facts: list[tuple[Lin, Interval]] = field(default_factory=list)
+    _sorted: list[tuple[Lin, Interval]] = field(default_factory=list, repr=False)
+
+    def bounds(self) -> list[tuple[Lin, Interval]]:
+        """Claims and facts, the forms of most signals first (the first that covers part of
+        a form is the one taken); sorted once."""
+        if len(self._sorted) != len(self.claims) + len(self.facts):
+            self._sorted = sorted(self.claims + self.facts, key=lambda f: -len(f[0].terms))
+        return self._sorted
 
 
 def _domain_size(known: Known, reads: list[int]) -> int:
@@ -112,7 +123,7 @@ def _domain(known: Known, reads: list[int], n_tokens: int, where: Signal | Produ
     for c, s in enumerate(other):
         out[s] = np.array([g[c + 1] for g in grid], dtype=np.float64)
     keep = np.ones(len(idx), dtype=bool)
-    for form, rng in known.claims:  # points a claim rules out never occur
+    for form, rng in known.bounds():  # points a claim or a node's facts rule out never occur
         if form.terms and set(form.terms) <= set(out) and rng.finite:
             value, _ = _eval(form, out, len(idx))
             keep &= (value >= rng.lo) & (value <= rng.hi)
@@ -174,6 +185,18 @@ ARITHMETICS = {
 }
 
 
+def _within_facts(prog: Program, sid: int, values: np.ndarray) -> np.ndarray:
+    """A value set less what the signal's facts rule out (its interval: a sound bound that
+    knows what the value sets do not, such as terms that exclude each other). The column
+    holds the lanes' sum; the facts are of that sum (``Signal.range``)."""
+    rng = prog.signals[sid].range
+    if not rng.finite:
+        return values
+    slack = 1e-9 * max(1.0, abs(rng.lo), abs(rng.hi))
+    kept = values[(values >= rng.lo - slack) & (values <= rng.hi + slack)]
+    return kept if kept.size else values
+
+
 def _down_matrix(p: FFN) -> tuple[list[int], np.ndarray]:
     sids = list(p.outputs)
     down = np.zeros((len(sids), len(p.lanes)))
@@ -199,7 +222,12 @@ def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float
 def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]) -> None:
     """Replay the bank on its inputs' joint domain, or lane by lane where that is too large."""
     n_tokens = len(prog.vocab.tokens)
-    if _domain_size(known, sorted(p.reads())) > HALF_CERTIFY_POINTS:
+    reads = p.reads()
+    claimed_parts = any(len(form.terms) > 1 and set(form.terms) <= reads
+                        for form, _ in known.claims)
+    # lane by lane when the joint domain is too large, or when a claimed form (several
+    # signals whose sum is declared: the position's digits) would be enumerated part by part
+    if claimed_parts or _domain_size(known, sorted(reads)) > HALF_CERTIFY_POINTS:
         _ffn_by_lane(prog, known, p, arithmetics)
         return
     cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
@@ -221,7 +249,7 @@ def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]
         if by_token:
             known.per_token[sid] = exact[:, o]
         else:
-            known.sets[sid] = np.unique(exact[:, o])
+            known.sets[sid] = _within_facts(prog, sid, np.unique(exact[:, o]))
 
 
 def _claimed(claims: list[tuple[Lin, Interval]], lin: Lin) -> tuple[list[int], np.ndarray]:
@@ -248,7 +276,7 @@ def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarra
     """Every value ``lin`` can take (a superset: its signals taken as independent, those of
     the current token jointly, a claimed part by its claim), after checking that its dot
     product is exact in fp32."""
-    covered, claimed = _claimed(known.claims, lin)
+    covered, claimed = _claimed(known.bounds(), lin)
     tok = [s for s in lin.terms if s in known.per_token and s not in covered]
     parts = [lin.terms[s] * known.sets[s] for s in lin.terms
              if s not in known.per_token and s not in covered]
@@ -326,7 +354,8 @@ def _ffn_by_lane(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Ari
             math.ceil(-total * 2.0 ** g)
         hi = math.floor(min(rng.hi, total) * 2.0 ** g) if rng.finite else \
             math.floor(total * 2.0 ** g)
-        known.sets[sid] = np.arange(lo, hi + 1, dtype=np.float64) / 2.0 ** g
+        known.sets[sid] = _within_facts(prog, sid,
+                                        np.arange(lo, hi + 1, dtype=np.float64) / 2.0 ** g)
 
 
 def _head(prog: Program, known: Known, h: Head) -> None:
@@ -343,7 +372,7 @@ def _head(prog: Program, known: Known, h: Head) -> None:
                 f"(taking its terms as independent, values in [{v.min():g}, {v.max():g}]); if "
                 "fewer values occur, declare them with tw.claim(v, lo, hi, integral=True) "
                 f"before this op, or {ADVICE}")
-        known.sets[sid] = v
+        known.sets[sid] = _within_facts(prog, sid, v)
 
 
 def _weights_exact(prog: Program, plan: Plan, m: Machine, placed: Placement) -> None:
@@ -397,8 +426,13 @@ def _reader(prog: Program, readers: dict[int, list[int]], sid: int
 def values(prog: Program, arithmetics: dict[str, Arithmetic] | None = None) -> Known:
     """Every signal's values (per token, or as a set), producer by producer; with
     ``arithmetics``, every MLP bank replayed in each (refused where not exact)."""
+    facts = sorted(((lin, rng) for rec in prog.nodes.values()
+                    for lin, rng in zip(rec.columns, rec.intervals, strict=True)
+                    if lin.terms and rng.finite and rng.step),
+                   key=lambda f: -len(f[0].terms))  # the widest forms first
     known = Known(per_token={s: np.asarray(t, dtype=np.float64)
-                             for s, t in prog.embed_tables.items()}, claims=list(prog.claims))
+                             for s, t in prog.embed_tables.items()}, claims=list(prog.claims),
+                  facts=facts)
     for pid in sorted(prog.producers):
         p = prog.producers[pid]
         if isinstance(p, FFN):

@@ -205,6 +205,9 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
         low = low + _cut(prog, geom, tables[2 * t - 2] * w, tables[2 * t - 1] * w, bos,
                          f"{name}.position_low{t}", source) - bos  # 0 at <bos>
     pos = high * float(LOW) + low
+    # its parts take every combination separately, the sum only 0..n-1: the certificate's
+    # value sets take the sum as one value (emit/certify_half.py, as for tw.claim)
+    prog.claims.append((pos, Interval(0, geom.max_seq_len - 1, True)))
     prog.shared.position = pos
     return pos
 

@@ -10,8 +10,9 @@ failure that is not a CompileError) or had no valid prompt (the reference itself
 each mismatch or crash the program source, the prompts, reference vs compiled output.
 
 ``--precision half`` compiles with ``precision="half"`` from programs biased toward what half
-supports (ops of the current token, ``tw.shift`` by small offsets, ``tw.emit``; max_seq_len
-16..256, 512..4096 with ``--long``), and runs every compiled program through transformers from
+supports (ops of the current token, ``tw.shift`` by small offsets, ``tw.emit``, ``tw.latch``,
+``tw.position``, ``tw.steps_since``; max_seq_len 16..256, 512..4096 with ``--long``), and
+runs every compiled program through transformers from
 its saved directory in float32, float16 and bfloat16, eager and sdpa attention
 (``fuzzgen.HF_CONFIGS``) besides the in-process runtime: a difference in any is a mismatch.
 """

@@ -17,8 +17,10 @@ that shrinks towards the first alternative of every choice).
 
 ``precision="half"`` (``scripts/fuzz.py --precision half``): programs compiled with
 ``tw.compile(..., precision="half")``, generated with a bias toward what half supports (ops of
-the current token, ``tw.shift`` by small offsets, ``tw.emit``; the attention ops half refuses
-only rarely, to keep the refusal path covered), and every compiled program is also run through
+the current token, ``tw.shift`` by small offsets, ``tw.emit``, and ``tw.latch``, ``tw.position``,
+``tw.steps_since``, which half certifies to 128 positions; the ops half refuses, means, gathers,
+argmax, selectors, only rarely, to keep the refusal path covered), and every compiled program is
+also run through
 transformers as a user loads the saved directory (``AutoModelForCausalLM.from_pretrained(dir,
 dtype=...)``) in float32, float16 and bfloat16, eager and sdpa attention (``HF_CONFIGS``): a
 difference from the eager reference in any of them is a mismatch.
@@ -42,7 +44,8 @@ import torchwright_fx as tw
 VOCABS = ("ab01\n", "abc01\n", "abc0123\n", "ab0123456789\n")
 SEQ_LENS = (8, 12, 16, 24, 32)
 LONG_SEQ_LENS = (128, 512, 2048, 4096, 8192)  # scripts/fuzz.py --long: where fp32 bounds bind
-HALF_SEQ_LENS = (16, 32, 64, 64, 128, 256)  # precision="half" (short: six transformers runs each)
+# precision="half" (short: six transformers runs each; latch and position hold to 128)
+HALF_SEQ_LENS = (16, 32, 64, 128, 128, 256)
 HALF_LONG_SEQ_LENS = (512, 1024, 2048, 4096)  # precision="half" with --long
 # precision="half": (dtype, attn_implementation) of every transformers run of a compiled program
 HF_CONFIGS = tuple((dt, impl) for dt in (torch.float32, torch.float16, torch.bfloat16)
@@ -128,9 +131,13 @@ class Program:
 
 
 class _Gen:
-    # precision="half": the share of picks that still draw an op half refuses (an attention
-    # op other than tw.shift), so that the refusal path stays covered
-    HALF_ATTENTION = 0.03
+    # precision="half": the share of picks that still draw an op half refuses (tw.mean,
+    # tw.gather, tw.argmax, selectors, counts), so that the refusal path stays covered
+    HALF_REFUSED = 0.03
+    # precision="half": the share of moves that latch rather than shift, and of tw.position
+    # leaves kept (half holds both to 128 positions)
+    HALF_LATCH = 0.3
+    HALF_POSITION = 0.5
 
     def __init__(self, d: Any, chars: str, max_seq_len: int, half: bool = False):
         self.d, self.chars, self.L, self.half = d, chars, max_seq_len, half
@@ -188,7 +195,7 @@ class _Gen:
     def int_leaf(self) -> Var:
         d = self.d
         form = d.int(0, 2)
-        if self.half and form == 2 and not d.chance(self.HALF_ATTENTION):
+        if self.half and form == 2 and not d.chance(self.HALF_POSITION):
             form = d.int(0, 1)
         if form == 0:
             top = d.pick((9, 9, 120, 1000))  # large values: steps far from 0 (// 100)
@@ -241,7 +248,7 @@ class _Gen:
         if form == "move":
             a = self.some("bit")
             if self.half:
-                if not d.chance(self.HALF_ATTENTION):
+                if not d.chance(self.HALF_LATCH):
                     return self.new(f"tw.shift({a.name}, {self.half_offset()})", "bit", 0, 1)
             elif d.chance(0.5):
                 return self.new(f"tw.shift({a.name}, {d.int(1, 3)})", "bit", 0, 1)
@@ -253,7 +260,7 @@ class _Gen:
         d = self.d
         if self.half:
             form = d.pick(("div", "affine", "sdiv", "decimal", "dtable", "dwhere", "rmove"))
-            if d.chance(self.HALF_ATTENTION):
+            if d.chance(self.HALF_REFUSED):
                 form = d.pick(("mean", "mean_where", "aggregate"))
         else:
             form = d.pick(("mean", "mean_where", "div", "affine", "sdiv", "decimal", "dtable",
@@ -276,7 +283,7 @@ class _Gen:
             r = self.some("real")
             if self.half:
                 move = f"tw.shift({r.name}, {self.half_offset()})" \
-                    if not d.chance(self.HALF_ATTENTION) else \
+                    if not d.chance(self.HALF_LATCH) else \
                     f"tw.latch({r.name}, {self.some('bit').name})"
             else:
                 move = f"tw.shift({r.name}, {d.int(1, 3)})" if d.chance(0.5) else \
@@ -484,15 +491,15 @@ class _Gen:
 
     # -- precision="half" --
     HALF_INT_FORMS = ("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
-                      "mod", "round", "digits", "shift", "shift", "shift", "lookup", "lookup2",
-                      "claim", "rfloor", "mul", "d2n", "sign", "leaf")
-    HALF_REFUSED_INT_FORMS = ("latch", "arg", "gather", "steps", "count", "width", "latest")
+                      "mod", "round", "digits", "shift", "shift", "shift", "latch", "steps",
+                      "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign", "leaf")
+    HALF_REFUSED_INT_FORMS = ("arg", "gather", "count", "width", "latest")
 
     def half_int_form(self) -> str:
-        """int_op's form in half: ops of the current token and tw.shift; rarely an attention
-        op half refuses."""
+        """int_op's form in half: ops of the current token, tw.shift, tw.latch and
+        tw.steps_since; rarely an attention op half refuses."""
         d = self.d
-        if d.chance(self.HALF_ATTENTION):
+        if d.chance(self.HALF_REFUSED):
             return d.pick(self.HALF_REFUSED_INT_FORMS)
         return d.pick(self.HALF_INT_FORMS)
 
@@ -543,7 +550,7 @@ class _Gen:
                     ints = [v for v in self.pool if v.kind in ("int", "code")]
                     if ints:
                         src = d.pick(ints)
-                        if self.half and not d.chance(self.HALF_ATTENTION):
+                        if self.half and not d.chance(self.HALF_LATCH):
                             self.new(f"tw.shift({src.name}, {self.half_offset()})", src.kind,
                                      src.lo, src.hi)
                         else:

@@ -128,6 +128,26 @@ def _mlp(w: _Writer, layer: LayerPlacement, d_ff: int, scale: float = 1.0
             down.store(torch.zeros(d, d_ff, dtype=torch.float32)))
 
 
+def _embedding(prog: Program, plan: Plan, const: float) -> torch.Tensor:
+    """[vocab, d] float64: the constant column (holding ``const``) and the per-token tables."""
+    embed = torch.zeros(len(prog.vocab), plan.d_model, dtype=torch.float64)
+    embed[:, plan.const_col] = const
+    for sid, table in prog.embed_tables.items():
+        embed[:, plan.columns[sid]] = torch.tensor(table, dtype=torch.float64)
+    return embed
+
+
+def _layers(w: _Writer, placed: Placement, d_head: int, gain: torch.Tensor,
+            scale: float = 1.0) -> list[LayerWeights]:
+    """Every layer's weights, its norms' gains ``gain`` (``scale``: the readers' scale)."""
+    layers = []
+    for layer in placed.layers:
+        qkv, o = _attention(w, layer, placed.n_heads, d_head, scale)
+        gate_up, down = _mlp(w, layer, placed.d_ff, scale)
+        layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
+    return layers
+
+
 def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = None,
          energy: float | None = None) -> Machine:
     """``energy``: half precision's bound on the residual's sum of squares (from the
@@ -139,18 +159,10 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     pins: Pins = choose_pins(d, data_energy(prog))
     placed = placed or place(prog, plan, geom)
 
-    embed = torch.zeros(vocab, d, dtype=torch.float64)
-    embed[:, plan.const_col] = 1.0
+    embed = _embedding(prog, plan, 1.0)
     embed[:, plan.pin_cols] = pins.value
-    for sid, table in prog.embed_tables.items():
-        embed[:, plan.columns[sid]] = torch.tensor(table, dtype=torch.float64)
-
     gain = torch.full((d,), pins.gain)
-    layers = []
-    for layer in placed.layers:
-        qkv, o = _attention(w, layer, placed.n_heads, geom.d_head)
-        gate_up, down = _mlp(w, layer, placed.d_ff)
-        layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
+    layers = _layers(w, placed, geom.d_head, gain)
     final = gain.clone()
     final[plan.pin_cols] = 0.0
 
@@ -181,16 +193,9 @@ def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement,
     d, vocab = plan.d_model, len(prog.vocab)
     energy = data_energy(prog) if energy is None else energy
     norm = half.choose_norm(d, energy)
-    embed = torch.zeros(vocab, d, dtype=torch.float64)
-    embed[:, plan.const_col] = norm.reader_scale
-    for sid, table in prog.embed_tables.items():
-        embed[:, plan.columns[sid]] = torch.tensor(table, dtype=torch.float64)
+    embed = _embedding(prog, plan, norm.reader_scale)
     gain = torch.full((d,), norm.gain)
-    layers = []
-    for layer in placed.layers:
-        qkv, o = _attention(w, layer, placed.n_heads, geom.d_head, norm.reader_scale)
-        gate_up, down = _mlp(w, layer, placed.d_ff, norm.reader_scale)
-        layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
+    layers = _layers(w, placed, geom.d_head, gain, norm.reader_scale)
     lm_head = half.lm_head(prog, w.row, norm.reader_scale)
     return Machine(
         act=prog.machine.act,

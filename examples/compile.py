@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from examples import NAMES
+from torchwright_fx.base.errors import TorchwrightError
 from torchwright_fx.cli import compile_and_write
 
 
@@ -39,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.d_head:
         options["d_head"] = args.d_head
     program = module.make(**options)
-    compile_and_write(program, args.output or f"build/{args.name}_hf", args.onnx, args.gguf)
+    try:
+        compile_and_write(program, args.output or f"build/{args.name}_hf", args.onnx, args.gguf)
+    except TorchwrightError as e:  # a refused program: its message, no traceback (as the CLI)
+        print(f"python -m examples.compile: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     for prompt in module.DEMOS:
         got, want = program.generate(prompt), module.oracle(prompt)
         mark = "ok" if got == want else f"WRONG (want {want!r})"

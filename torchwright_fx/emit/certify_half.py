@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from torchwright_fx.base.errors import CompileError
-from torchwright_fx.base.machines import BF16
+from torchwright_fx.base.machines import BF16, FP16
 from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS, HALF_CERTIFY_POINTS
 from torchwright_fx.emit.half import exact_in_half
 from torchwright_fx.emit.machine import ACTIVATIONS, Machine
@@ -206,13 +206,17 @@ def _down_matrix(p: FFN) -> tuple[list[int], np.ndarray]:
     return sids, down
 
 
-def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float) -> None:
+def _refuse(prog: Program, sid: int, name: str, at: str, got: float, want: float,
+            gate: float = 0.0) -> None:
     sig = prog.signals[sid]
-    why = ("its lanes' values do not sum exactly (a SiLU of a gate under 17, as in a product "
-           "of two streams that are not 0/1, is exact in no format; or a gate beyond fp16's "
-           "65504 = 128 x 511: keep what a step or relu reads within 511 of its threshold)"
-           if not math.isfinite(got) else
-           "a value on its way is not an fp16/bf16 number (bf16 holds whole numbers to 256)")
+    if abs(gate) >= FP16.max_finite:
+        why = (f"a gate of {gate:g} is beyond fp16's 65504 (a step or relu's gate is 128 times "
+               "what it reads less its threshold: keep that within 511)")
+    elif not math.isfinite(got):
+        why = ("its lanes' values do not sum exactly (a SiLU of a gate under 17, as in a "
+               "product of two streams that are not 0/1, is exact in no format)")
+    else:
+        why = "a value on its way is not an fp16/bf16 number (bf16 holds whole numbers to 256)"
     raise CompileError(
         f"{sig.source}\n  {sig.name}: precision='half' is not exact in {name}: {at} it computes "
         f"{got:.9g} where the exact value is {want:.9g}: {why}; tw.claim the range that "
@@ -335,7 +339,7 @@ def _ffn_by_lane(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Ari
                 j = int(bad[0][0])
                 o = next(o for o in range(len(sids)) if down[o, i] != 0)
                 _refuse(prog, sids[o], name, f"in a lane with gate {gate[j, 0]:g}",
-                        got[j, 0], exact[j, 0])
+                        got[j, 0], exact[j, 0], gate=float(gate[j, 0]))
         peak[i] = np.abs(exact).max()
         bits = max(bits, _fraction_bits(exact))
     for o, sid in enumerate(sids):

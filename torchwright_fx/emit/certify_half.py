@@ -463,9 +463,19 @@ def certify(prog: Program, plan: Plan, m: Machine, placed: Placement) -> dict[st
     step column is exact, so lm_head gives the code G and every other token 0."""
     _weights_exact(prog, plan, m, placed)
     known = values(prog, ARITHMETICS)
+    e = int(m.meta["norm_exponent"])
     for s in prog.live_signals():
         held = known.per_token.get(s, known.sets.get(s))
         assert held is not None, f"signal {prog.signals[s].name} was never certified"
+        # transformers casts h * 2**-e to fp16 before the gain: below fp16's normal numbers
+        # (|h| < 2**(e - 14)) only multiples of 2**(e - 24) survive (Q1 part B)
+        small = held[np.abs(held) < 2.0 ** (e - 14)]
+        if small.size and not np.all(small * 2.0 ** (24 - e) == np.round(small * 2.0 ** (24 - e))):
+            sig = prog.signals[s]
+            raise CompileError(
+                f"{sig.source}\n  {sig.name}: precision='half' normalises the residual by "
+                f"2**-{e}, and fp16 loses this value's fraction there (it needs multiples of "
+                f"2**{e - 24} below 2**{e - 14}); keep the values small or whole, or {ADVICE}")
         if not exact_in_half(torch.from_numpy(held)):
             sig = prog.signals[s]
             raise CompileError(f"{sig.source}\n  {sig.name}: precision='half' keeps every value "

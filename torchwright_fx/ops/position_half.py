@@ -44,6 +44,7 @@ from torchwright_fx.base.machines import FP16
 from torchwright_fx.base.numerics import (
     HALF_CUT_AMPLITUDE,
     HALF_CUT_OFFSET,
+    HALF_CUT_TABLE,
     HALF_JOHNSON_CUTS,
     HALF_KEY_GAIN,
     HALF_LATCH_GAIN,
@@ -85,9 +86,12 @@ def _low_line(h: int, t: int) -> float:
 
 
 def _query(beta: float) -> tuple[float, float]:
-    """The unit query (q0, q1) on the position plane whose logit against ``<bos>``'s key
-    (1, 0) at angle phi is sin(phi - beta), each rounded to bf16."""
-    return _bf16(-math.sin(beta)), _bf16(-math.cos(beta))
+    """The query (q0, q1) on the position plane, in units of 1/HALF_CUT_TABLE, whose logit
+    against ``<bos>``'s key (1, 0) at angle phi is sin(phi - beta): whole numbers up to
+    HALF_CUT_TABLE, which the residual holds exactly in every format (a fraction such as
+    0.0245 would lose bits to fp16's subnormals once the norm divides the residual by 2**e)."""
+    scale = HALF_CUT_TABLE
+    return float(round(-math.sin(beta) * scale)), float(round(-math.cos(beta) * scale))
 
 
 def _high_query(c: int) -> tuple[float, float]:
@@ -113,7 +117,7 @@ def check_cuts(geom: Geometry) -> float:
     inv = _inv_freq(geom.rope_theta, r)[HALF_POSITION_PLANE]
     ang = torch.arange(n, dtype=torch.float32) * inv
     cos, sin = ang.cos(), ang.sin()
-    w, bias = _weight(), _bf16(HALF_CUT_OFFSET * 8.0)
+    w, bias = _weight() / HALF_CUT_TABLE, _bf16(HALF_CUT_OFFSET * 8.0)
     pos = torch.arange(n)
     cuts = []
     for c in range(HALF_JOHNSON_CUTS):  # constant queries: the stored weights
@@ -177,7 +181,7 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
     if prog.shared.position is not None:
         return prog.shared.position
     check_cuts(geom)
-    w = _weight() / 8.0  # the emitter folds sqrt(d_head) = 8 back in
+    w = _weight() / 8.0 / HALF_CUT_TABLE  # the emitter folds sqrt(d_head) = 8 back in
     bits = []
     for c in range(HALF_JOHNSON_CUTS):
         q0, q1 = _high_query(c)
@@ -197,7 +201,8 @@ def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) ->
             q0, q1 = _query(_low_line(h, t))
             bank.hinge(2 * t - 1, match, q0)
             bank.hinge(2 * t, match, q1)
-    ranges = [Interval(0, HIGH - 1, True)] + [Interval(-1.0, 1.0)] * (2 * (LOW - 1))
+    ranges = [Interval(0, HIGH - 1, True)] + \
+        [Interval(-HALF_CUT_TABLE, HALF_CUT_TABLE, True)] * (2 * (LOW - 1))
     cols = bank.finish(prog, ranges, f"{name}.position_decode", source)
     high, tables = cols[0], cols[1:]
     low = Lin()

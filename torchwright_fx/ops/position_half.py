@@ -58,6 +58,7 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.ops.attention import Geometry, _inv_freq, heads
 from torchwright_fx.ops.attention_half import DTYPES, _bf16
+from torchwright_fx.ops.ffn.elementwise import select
 from torchwright_fx.ops.lanes import Bank
 
 HIGH = HALF_POSITION_SECTORS  # sectors of the circle: the high digit's base
@@ -231,9 +232,13 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interva
         raise GeometryError(f"precision='half' latches over at most {HALF_POSITIONS} positions "
                             f"(max_seq_len={n})", ADVICE)
     pos = position(prog, geom, bos, name, source)
+    # valid = when + <bos> (1 - when at <bos>) is 0/1 at every position (at <bos> it is 1); its
+    # terms, taken apart, could sum to 2: the certificate takes it as one 0/1 value
+    prog.claims.append((valid, BOOL))
     bank = Bank(prog.machine, 1)
-    # (p + 1) valid = relu(p + 1 - n (1 - valid)) for whole p + 1 <= n and valid in {0, 1}
-    bank.hinge(0, pos + 1.0 - float(n) + valid * float(n), 1.0)
+    # (p + 1) valid: a select gated by valid (SwiGLU: SiLU(+-128) (p + 1) / 128, exact; its
+    # gate reads valid with a small coefficient, so the norm's reader scale keeps it < 65504)
+    select(bank, 0, valid, pos + 1.0, Interval(1, n, True), Lin(), Interval.point(0.0))
     (key,) = bank.finish(prog, [Interval(0, n, True)], f"{name}.latch_key", source)
     q = [Lin() for _ in range(geom.d_head)]
     k = [Lin() for _ in range(geom.d_head)]

@@ -719,12 +719,25 @@ def _hf_mismatches(compiled: tw.Compiled, answers: list[tuple[str, list[int], li
                    ) -> list[tuple[str, str, str]]:
     """The saved directory through transformers, loaded as a user loads it in each dtype and
     attention implementation (HF_CONFIGS), against the reference: (prompt, reference, what
-    transformers printed [dtype attn path]) for each difference."""
+    transformers printed [dtype attn path]) for each difference. transformers' logging is
+    quieted for the call and restored after it (a test after this one may read its
+    warnings)."""
     import transformers
-    from transformers import AutoModelForCausalLM
 
+    before = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()  # "Loading weights" six times a program
+    try:
+        return _hf_mismatches_quiet(compiled, answers)
+    finally:
+        transformers.logging.set_verbosity(before)
+        transformers.logging.enable_progress_bar()
+
+
+def _hf_mismatches_quiet(compiled: tw.Compiled, answers: list[tuple[str, list[int], list[int]]]
+                         ) -> list[tuple[str, str, str]]:
+    from transformers import AutoModelForCausalLM
+
     vocab, eos = compiled.vocab, compiled.vocab.eos_id
     n_max = compiled.options.max_seq_len
     refs = [_reference_tokens(compiled, ids + want) for _, ids, want in answers]

@@ -338,7 +338,9 @@ HALF_POSITION_SECTORS = 16
 HALF_JOHNSON_CUTS = HALF_POSITION_SECTORS // 2  # a Johnson code of 16 states has 8 bits
 # The default max_seq_len of an fp32 build (pipeline.Options).
 DEFAULT_LENGTH = 512
-# The low position cuts' query directions are tabled as whole numbers round(256 sin), round(256
+# The low position cuts' query directions are tabled as whole numbers round(128 sin), round(128
 # cos): exact in every format and in fp16 after the norm's 2**-e (a fraction would not be),
-# at most 1/512 rad off their line (the replay takes the rounded table).
-HALF_CUT_TABLE = 256
+# at most 1/256 rad off their line; the replay takes the rounded table: least slack 64 at 128
+# positions (32 with 64, refused with 32). Larger tables raise the residual's energy, and so
+# the norm's reader scale that every gate weight carries (256: adder's steps overflow fp16).
+HALF_CUT_TABLE = 128

@@ -135,9 +135,11 @@ class _Gen:
     # tw.gather, tw.argmax, selectors, counts), so that the refusal path stays covered
     HALF_REFUSED = 0.03
     # precision="half": the share of moves that latch rather than shift, and of tw.position
-    # leaves kept (half holds both to 128 positions)
+    # leaves kept, up to HALF_POSITIONS (what half certifies tw.latch, tw.position and
+    # tw.steps_since to; beyond, they are drawn as rarely as the ops half refuses)
     HALF_LATCH = 0.3
     HALF_POSITION = 0.5
+    HALF_POSITIONS = 128
 
     def __init__(self, d: Any, chars: str, max_seq_len: int, half: bool = False):
         self.d, self.chars, self.L, self.half = d, chars, max_seq_len, half
@@ -195,7 +197,7 @@ class _Gen:
     def int_leaf(self) -> Var:
         d = self.d
         form = d.int(0, 2)
-        if self.half and form == 2 and not d.chance(self.HALF_POSITION):
+        if self.half and form == 2 and not d.chance(self.half_rate(self.HALF_POSITION)):
             form = d.int(0, 1)
         if form == 0:
             top = d.pick((9, 9, 120, 1000))  # large values: steps far from 0 (// 100)
@@ -248,7 +250,7 @@ class _Gen:
         if form == "move":
             a = self.some("bit")
             if self.half:
-                if not d.chance(self.HALF_LATCH):
+                if not d.chance(self.half_rate(self.HALF_LATCH)):
                     return self.new(f"tw.shift({a.name}, {self.half_offset()})", "bit", 0, 1)
             elif d.chance(0.5):
                 return self.new(f"tw.shift({a.name}, {d.int(1, 3)})", "bit", 0, 1)
@@ -283,7 +285,7 @@ class _Gen:
             r = self.some("real")
             if self.half:
                 move = f"tw.shift({r.name}, {self.half_offset()})" \
-                    if not d.chance(self.HALF_LATCH) else \
+                    if not d.chance(self.half_rate(self.HALF_LATCH)) else \
                     f"tw.latch({r.name}, {self.some('bit').name})"
             else:
                 move = f"tw.shift({r.name}, {d.int(1, 3)})" if d.chance(0.5) else \
@@ -501,7 +503,15 @@ class _Gen:
         d = self.d
         if d.chance(self.HALF_REFUSED):
             return d.pick(self.HALF_REFUSED_INT_FORMS)
-        return d.pick(self.HALF_INT_FORMS)
+        form = d.pick(self.HALF_INT_FORMS)
+        if form in ("latch", "steps") and self.L > self.HALF_POSITIONS and \
+                not d.chance(self.HALF_REFUSED):
+            return "shift"
+        return form
+
+    def half_rate(self, rate: float) -> float:
+        """``rate`` for tw.latch or tw.position up to HALF_POSITIONS, HALF_REFUSED beyond."""
+        return rate if self.L <= self.HALF_POSITIONS else self.HALF_REFUSED
 
     def half_offset(self, zero: bool = False) -> int:
         """A shift offset: mostly 1..4 (0 too where ``zero``), sometimes up to 16."""
@@ -550,7 +560,7 @@ class _Gen:
                     ints = [v for v in self.pool if v.kind in ("int", "code")]
                     if ints:
                         src = d.pick(ints)
-                        if self.half and not d.chance(self.HALF_LATCH):
+                        if self.half and not d.chance(self.half_rate(self.HALF_LATCH)):
                             self.new(f"tw.shift({src.name}, {self.half_offset()})", src.kind,
                                      src.lo, src.hi)
                         else:

@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint docs bench lock clean runtime-vllm runtime-tl runtime-llama \
+.PHONY: install demo test test-all lint docs bench lock clean runtime-vllm runtime-vllm-half runtime-tl runtime-llama \
 	test-runtimes bench-tracr
 
 $(PY):
@@ -107,11 +107,17 @@ runtime-vllm: $(RT_STAMP) $(VLLM_VENV)/.installed
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
 		$(VLLM_VENV)/bin/python scripts/runtimes/check_vllm.py $(RT_DIR)
 
+# half-precision builds at vLLM's default dtype (bfloat16 on CPU): no --dtype
+runtime-vllm-half: $(STAMP) $(VLLM_VENV)/.installed
+	$(PY) scripts/runtimes/check_vllm_half.py compile build/vllm_half
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+		$(VLLM_VENV)/bin/python scripts/runtimes/check_vllm_half.py run build/vllm_half
+
 runtime-tl: $(RT_STAMP) $(TL_VENV)/.installed
 	$(TL_VENV)/bin/python scripts/runtimes/check_tl.py $(RT_DIR)
 
 # every runtime beside transformers (not part of `make test`; docs/runtimes.md)
-test-runtimes: runtime-llama runtime-vllm runtime-tl
+test-runtimes: runtime-llama runtime-vllm runtime-vllm-half runtime-tl
 
 # tracr side by side (issue 16; not part of `make test`): tracr-pypi with jax and haiku in its
 # own venv under .runtimes/tracr (pins in scripts/tracr/requirements.txt, about 700 MB, under

@@ -38,3 +38,24 @@ def test_half_refusal_names_the_line_and_the_way_out(name):
     text = str(e.value)
     assert "examples/" in text and ".py:" in text, text  # the user's line
     assert "precision='fp32'" in text or "max_seq_len" in text, text  # what to change
+
+
+def _rasp_names() -> list[str]:
+    import pkgutil
+
+    import examples.rasp
+
+    return [m.name for m in pkgutil.iter_modules(examples.rasp.__path__)
+            if not m.name.startswith("_")]
+
+
+@pytest.mark.parametrize("name", _rasp_names())
+def test_tracr_library_in_half_is_refused_naming_the_op_and_why(name):
+    """tracr's library (examples/rasp/) counts and aggregates over positions, which half does
+    not certify yet: each program is refused at its line, naming the op and why."""
+    module = importlib.import_module(f"examples.rasp.{name}")
+    with pytest.raises(tw.CompileError) as e:
+        module.make(max_len=5, precision="half").compile()
+    text = str(e.value)
+    assert "examples/rasp/" in text and ".py:" in text, text
+    assert "in `" in text and "precision='half'" in text and "precision='fp32'" in text, text

@@ -22,6 +22,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import examples  # noqa: E402
 import torchwright_fx as tw  # noqa: E402
@@ -110,15 +111,16 @@ def markdown(rows: list[dict]) -> str:
 
 
 def write(text: str) -> None:
+    """Replace (or append) this section of docs/benchmarks.md; the rest stays."""
+    from bench import section  # scripts/bench.py: a section from its heading to the next
+
     path = ROOT / "docs" / "benchmarks.md"
     doc = path.read_text()
-    if HEADING in doc:
-        start = doc.index(HEADING)
-        rest = doc[start + len(HEADING):]
-        end = rest.find("\n## ")
-        doc = doc[:start] + text + (rest[end + 1:] if end >= 0 else "")
-    else:
+    old = section(doc, HEADING)
+    if old is None:
         doc = doc.rstrip("\n") + "\n\n" + text
+    else:  # a section before another keeps its blank line
+        doc = doc.replace(old, text if doc.endswith(old) else text + "\n")
     path.write_text(doc)
 
 

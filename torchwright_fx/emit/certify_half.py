@@ -38,7 +38,11 @@ import torch
 
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.machines import BF16, FP16
-from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS, HALF_CERTIFY_POINTS
+from torchwright_fx.base.numerics import (
+    FP32_EXACT_INTEGERS,
+    HALF_CERTIFY_POINTS,
+    HALF_GAIN_EXPONENT,
+)
 from torchwright_fx.emit.half import exact_in_half
 from torchwright_fx.emit.machine import ACTIVATIONS, Machine
 from torchwright_fx.emit.placement import Placement
@@ -136,10 +140,17 @@ def _domain(known: Known, reads: list[int], n_tokens: int, where: Signal | Produ
 
 
 def _eval(lin: Lin, cols: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``lin`` on the domain, and its terms [n, k + 1] (the constant included)."""
-    terms = [np.full(n, float(lin.const))] + [c * cols[s] for s, c in lin.terms.items()]
+    """``lin`` on the domain, and its terms [n, k + 1] (the constant included), with each
+    coefficient as the checkpoint stores it (float32: lowering's float dust, such as a knot
+    at 6.000000000000001, is not in the weights)."""
+    terms = [np.full(n, _stored(lin.const))] + [_stored(c) * cols[s]
+                                                 for s, c in lin.terms.items()]
     t = np.stack(terms, axis=1)
     return t.sum(axis=1), t
+
+
+def _stored(c: float) -> float:
+    return float(np.float32(c))
 
 
 def _dot(lin: Lin, cols: dict[int, np.ndarray], n: int, where: Producer, what: str
@@ -282,12 +293,12 @@ def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarra
     product is exact in fp32."""
     covered, claimed = _claimed(known.bounds(), lin)
     tok = [s for s in lin.terms if s in known.per_token and s not in covered]
-    parts = [lin.terms[s] * known.sets[s] for s in lin.terms
+    parts = [_stored(lin.terms[s]) * known.sets[s] for s in lin.terms
              if s not in known.per_token and s not in covered]
     if covered:
         parts.append(claimed)
-    base = np.unique(sum((lin.terms[s] * known.per_token[s] for s in tok),
-                         np.zeros(1)) + float(lin.const))
+    base = np.unique(sum((_stored(lin.terms[s]) * known.per_token[s] for s in tok),
+                         np.zeros(1)) + _stored(lin.const))
     bits = max([_fraction_bits(base)] + [_fraction_bits(v) for v in parts])
     total = float(np.abs(base).max()) + sum(float(np.abs(v).max()) for v in parts)
     if not total * 2.0 ** bits < FP32_EXACT_INTEGERS:
@@ -480,5 +491,30 @@ def certify(prog: Program, plan: Plan, m: Machine, placed: Placement) -> dict[st
             sig = prog.signals[s]
             raise CompileError(f"{sig.source}\n  {sig.name}: precision='half' keeps every value "
                                f"in fp16 and bf16, and this one does not fit; {ADVICE}")
+    _projections(prog, known, 2.0 ** (e - min(e, HALF_GAIN_EXPONENT)))
     lead = float(np.abs(m.lm_head.double().numpy()).max())
     return {name: lead for name in ARITHMETICS}
+
+
+def _projections(prog: Program, known: Known, scale: float) -> None:
+    """Every head's q and k below fp16's 65504 as the runtime computes them: the norm's reader
+    scale R moves from the query to the key (``emit/emitter.py``), so the key is ``R k`` and
+    the query ``sqrt(d_head) q / R``. A bound per dim: each term at its largest magnitude
+    (the rotary dims' constants are replayed with their rotation at lowering)."""
+
+    def top(lin: Lin) -> float:
+        return abs(float(lin.const)) + sum(
+            abs(c) * float(np.abs(known.per_token.get(s, known.sets.get(s))).max())
+            for s, c in lin.terms.items())
+
+    for h in prog.producers.values():
+        if not isinstance(h, Head):
+            continue
+        root = math.sqrt(len(h.q))
+        worst = max([top(k) * scale for k in h.k] + [top(q) * root / scale for q in h.q])
+        if worst >= FP16.max_finite:
+            raise CompileError(
+                f"{h.source}\n  {h.name}: precision='half' keeps every query and key below "
+                f"fp16's 65504, and this head's reach {worst:g} once the norm's scale "
+                f"{scale:g} (for a residual this large) moves onto the key; keep fewer or "
+                f"smaller values live, or {ADVICE}")

@@ -255,6 +255,9 @@ def _latest_match(ctx: LowerCtx, sel: selection.Selector, v: Stream, what: str) 
     <bos> row when none: how gather and argmax finish on a selection."""
     feats = selection.content(ctx, sel, "select_latest")
     assert feats is not None
+    if ctx.prog.precision.half:
+        ranges = moved_ranges_of(ctx, v.ranges)
+        return Stream(selection.latest_half(ctx, feats, v.cols, ranges), ranges, v.is_bool)
     attention.check_margins(ctx.geom, 0, with_validity=len(feats))
     gain = ctx.geom.validity
     q, k = selection.head_qk(ctx, feats, gain, [gain] * len(feats), True, what)
@@ -302,6 +305,8 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
         raise ctx.error("gather's position must be an integer-valued stream of width 1",
                         "round it (tw.gather(v, torch.round(at))), or declare a position that "
                         "is whole with tw.claim(at, lo, hi, integral=True)")
+    if ctx.prog.precision.half:  # the square's logits are beyond half: match the position
+        return _by_digits(ctx, v, at, half=True)
     problem = _square_problem(ctx, at)
     if problem is None:
         return _by_square(ctx, v, at)
@@ -365,10 +370,12 @@ def _by_square(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     return Stream(cols, ranges, v.is_bool)
 
 
-def _by_digits(ctx: LowerCtx, v: Stream, at: Stream) -> Stream | None:
+def _by_digits(ctx: LowerCtx, v: Stream, at: Stream, half: bool = False) -> Stream | None:
     """v at key j with p_j == clamp(at_i, 0, p_i), matched digit by digit on the exact
     (snapped) positions (``digits.digit_equality``); at 0 nothing matches and the head reads
-    the <bos> row, v's own: gather's clamp to [0, i]."""
+    the <bos> row, v's own: gather's clamp to [0, i]. ``half``: positions are exact whole
+    numbers below 128, matched as one equality (its values' classes) when they are too few
+    for digits."""
     p = Stream([_position_lin(ctx)], [_position_range(ctx)])
     # clamp(at, 0, p) = relu(at) - relu(at - p), both lanes in one bank
     a, a_rng = at.cols[0], at.ranges[0]
@@ -380,6 +387,12 @@ def _by_digits(ctx: LowerCtx, v: Stream, at: Stream) -> Stream | None:
                        noise=loose.noise)
     target = Stream([relus.cols[0] - relus.cols[1]], [clamped])
     sel = digits.digit_equality(ctx, p, target, 0.0, 0.0)
+    if sel is None and half:
+        sel = selection.Leaf(
+            (selection.stream_side(ctx, p.cols[0], p.ranges[0], 0.0, "positions", "keys"),),
+            (selection.stream_side(ctx, target.cols[0], clamped, 0.0, "gather's position",
+                                   "queries"),),
+            lambda kv, qv: kv[0] == qv[0], "position == at", "==")
     return None if sel is None else _latest_match(ctx, sel, v, "gather")
 
 

@@ -225,6 +225,8 @@ def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin
                         "more than once), so the predicate could hold in exact arithmetic and "
                         "fail in the reference", "compute them from whole numbers, or round "
                         "them first (torch.round)")
+    if ctx.prog.precision.half:  # every value is exact there: the certificate replays it
+        return col, rng.with_noise(0.0)
     if rng.noise > 0:  # a decoded position or count: rounded onto its lattice first
         col, rng = rules.snapped(ctx, col, rng) or (col, rng)
     return col, rng
@@ -471,3 +473,15 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
     for r, (ql, kl) in enumerate(dims):
         q[geom.rotary + r], k[geom.rotary + r] = ql, kl
     return q, k
+
+
+def latest_half(ctx: LowerCtx, feats: list[Features], values: list[Lin],
+                ranges: list[Interval]) -> list[Lin]:
+    """The values at the latest key the factors ``feats`` select, the <bos> row when none, in
+    half precision: recency from the exact position, every logit a whole multiple of the gain
+    (``ops/position_half.latest``)."""
+    from torchwright_fx.ops import position_half
+
+    parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
+    return position_half.latest(ctx.prog, ctx.geom, parts, values, ranges, bos_indicator(ctx),
+                                ctx.name, ctx.source)

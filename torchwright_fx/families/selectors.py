@@ -300,6 +300,10 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
     feats = selection.content(ctx, sel, "select_latest")
     if feats is None:
         return _const_stream(default, v.width)
+    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
+    if ctx.prog.precision.half:  # recency from the exact position (ops/position_half.py)
+        return Stream(selection.latest_half(ctx, feats, _with_default(ctx, v, default),
+                                            ranges), ranges, v.is_bool)
     m = len(feats)
     # m parts: every selected key carries m validity units, the latch's replay at m
     attention.check_margins(ctx.geom, 0, with_validity=max(m, 1))
@@ -310,8 +314,6 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
     if not feats:  # "true": every position but <bos> is valid
         q[ctx.geom.rotary] = Lin.constant(gain)
         k[ctx.geom.rotary] = 1.0 - bos_indicator(ctx)
-    ranges = [r.hull(Interval.point(default)) for r in v.ranges]
-    ranges = moved_ranges_of(ctx, ranges)
     return Stream(heads(ctx, q, k, _with_default(ctx, v, default), ranges), ranges, v.is_bool)
 
 

@@ -344,10 +344,11 @@ def heads(
     if prog.precision.half and not half:
         raise GeometryError(
             "precision='half' does not certify this op's head: half holds tw.shift and "
-            "tw.emit (to 16384 positions) and tw.latch, tw.position and tw.steps_since (to "
-            "128); averaging heads (tw.mean, tw.aggregate, tw.selector_width) and content "
-            "selections (tw.gather, tw.select, tw.argmax) are built for fp32, whose 24 bits "
-            "hold their weights 1/n and their content scores (docs/half-precision.md)",
+            "tw.emit (to 16384 positions), and tw.latch, tw.position, tw.steps_since, "
+            "tw.select_latest and tw.gather (to 128); averaging heads (tw.mean, "
+            "tw.aggregate, tw.selector_width) and tw.argmax are built for fp32, whose 24 "
+            "bits hold their weights 1/n and their recency tie-breaks "
+            "(docs/half-precision.md)",
             "compile with precision='fp32' (the default), or express it with the ops half "
             "holds")
     out: list[Lin] = []

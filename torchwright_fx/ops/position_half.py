@@ -244,6 +244,68 @@ def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list[Interva
     k = [Lin() for _ in range(geom.d_head)]
     q[geom.rotary] = Lin.constant(HALF_LATCH_GAIN / HALF_KEY_GAIN)
     k[geom.rotary] = key * HALF_KEY_GAIN
+    return _copy_latest(prog, geom, q, k, values, ranges, name, source)
+
+
+def latest(prog: Program, geom: Geometry, parts: list[list[tuple[Lin, Lin]]],
+           values: list[Lin], ranges: list[Interval], bos: Lin, name: str, source: str
+           ) -> list[Lin]:
+    """Each value at the latest key 1 <= j <= i that every part selects, the ``<bos>`` row
+    when none: ``select_latest``'s head (and gather's, argmax's) in half precision.
+
+    ``parts``: the selector's factors, each a list of (query, key) 0/1 feature pairs of which
+    at most one product is 1, and that one exactly when the factor holds (keys 0 at ``<bos>``,
+    ``families/selection.py``). With c_j the number of parts key j satisfies and m the number
+    of parts, the logit is ``G (p_j + 1) (c_j - m + 1)`` for j >= 1 and ``G`` for ``<bos>``:
+    a selected key scores ``G (p_j + 1) >= 2 G``, the latest one leads every other selected
+    key by G, ``<bos>`` by at least G, and every unselected key (logit <= 0) by 2 G; with no
+    selected key, ``<bos>`` leads every other by G. Every logit is a whole multiple of G, of
+    at most ``G n max(1, m - 1)``, which fp16 and bf16 hold; the copied values are offset as
+    the latch's (``_copy_latest``)."""
+    n, m = geom.max_seq_len, len(parts)
+    top = HALF_LATCH_GAIN * math.sqrt(geom.d_head) * n * max(1, m - 1)
+    if n > HALF_POSITIONS or top >= FP16.max_finite:
+        raise GeometryError(
+            f"precision='half' selects the latest match over at most {HALF_POSITIONS} "
+            f"positions, of a selector joining at most 2 conditions with & (max_seq_len={n}, "
+            f"{m} joined)", "join the conditions into one tw.select with a predicate function, "
+            "lower max_seq_len to 128, or compile with precision='fp32'")
+    pos = position(prog, geom, bos, name, source)
+    pairs = [pair for part in parts for pair in part]
+    if len(pairs) + 2 > geom.tail:
+        raise GeometryError(
+            f"precision='half' selects with {len(pairs)} content dims and 2 more for recency "
+            f"and <bos>, more than the {geom.tail} of d_head={geom.d_head}",
+            "select on streams with fewer distinct values (map them first with tw.lookup), "
+            "or compile with precision='fp32'")
+    # (p_j + 1) times each key feature: a select gated by the feature (0 or p + 1, exact)
+    bank = Bank(prog.machine, len(pairs))
+    for lane, (_, kf) in enumerate(pairs):
+        select(bank, lane, kf, pos + 1.0, Interval(1, n, True), Lin(), Interval.point(0.0))
+    keys = bank.finish(prog, [Interval(0, n, True)] * len(pairs), f"{name}.select_keys",
+                       source) if pairs else []
+    for _, kf in pairs:  # each feature is 0/1 where the selector's encodings are exact
+        prog.claims.append((kf, BOOL))
+    gain = HALF_LATCH_GAIN / HALF_KEY_GAIN  # the key carries HALF_KEY_GAIN (a power of two)
+    q = [Lin() for _ in range(geom.d_head)]
+    k = [Lin() for _ in range(geom.d_head)]
+    for r, ((qf, _), key) in enumerate(zip(pairs, keys, strict=True)):
+        q[geom.rotary + r] = qf * gain
+        k[geom.rotary + r] = key * HALF_KEY_GAIN
+    recency, at_bos = geom.rotary + len(pairs), geom.rotary + len(pairs) + 1
+    q[recency] = Lin.constant(-gain * (m - 1))  # (p_j + 1)(1 - m): with the parts, c_j - m + 1
+    k[recency] = (pos + 1.0) * HALF_KEY_GAIN
+    q[at_bos] = Lin.constant(gain * m)  # <bos>: G (1 - m) + G m = G
+    k[at_bos] = bos * HALF_KEY_GAIN
+    return _copy_latest(prog, geom, q, k, values, ranges, name, source)
+
+
+def _copy_latest(prog: Program, geom: Geometry, q: list[Lin], k: list[Lin],
+                 values: list[Lin], ranges: list[Interval], name: str, source: str
+                 ) -> list[Lin]:
+    """The head whose target leads every other key by at least HALF_LATCH_GAIN, copying each
+    value exactly: offset to be at least 1, so that the others' leak rounds away."""
+    n = geom.max_seq_len
     shifted, moved = [], []
     for v, r in zip(values, ranges, strict=True):
         # the others' leak, exp(-G) n max|v'|, must round away against the target (>= 1)

@@ -1,0 +1,74 @@
+"""Programs that select by content in half precision (``tw.select_latest``, ``tw.gather``),
+written as a user would: ``tests/test_select_half.py`` runs them through transformers in every
+dtype, ``scripts/half/llama_selection.py`` through llama.cpp at its defaults."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+import torchwright_fx as tw
+
+V = tw.Vocab("abcde01234 ;")
+D = {str(i): i for i in range(5)}
+
+
+def digit_after_last_same_token(x: torch.Tensor) -> torch.Tensor:
+    """The digit that followed the latest earlier occurrence of this token (0 if none)."""
+    d = tw.lookup(x, D, default=0)
+    same = tw.select(tw.code(x), tw.code(x), "==")
+    return tw.token("0") + tw.select_latest(same, tw.shift(d, 1), default=0)
+
+
+def latest_smaller_digit(x: torch.Tensor) -> torch.Tensor:
+    """The latest digit smaller than this one (4 if none): a predicate, not an equality."""
+    d = tw.lookup(x, D, default=0)
+    return tw.token("0") + tw.select_latest(tw.select(d, d, "<"), d, default=4)
+
+
+def two_conditions(x: torch.Tensor) -> torch.Tensor:
+    """Two selectors joined with &: same digit value and same letter-ness."""
+    d = tw.lookup(x, D, default=0)
+    letter = tw.is_token(x, list("abcde")).float()
+    sel = tw.select(d, d, "==") & tw.select(letter, letter, "==")
+    return tw.token("0") + tw.select_latest(sel, tw.shift(d, 1), default=3)
+
+
+def latest_of_any(x: torch.Tensor) -> torch.Tensor:
+    """The "true" selector: the latest key is the current position itself."""
+    d = tw.lookup(x, D, default=0)
+    return tw.token("0") + tw.select_latest(tw.select(d, d, "true"), d, default=2)
+
+
+def halfway_back(x: torch.Tensor) -> torch.Tensor:
+    """The digit at position i // 2."""
+    return tw.token("0") + tw.gather(tw.lookup(x, D, default=0), tw.position(x) // 2)
+
+
+def clamped_reads(x: torch.Tensor) -> torch.Tensor:
+    """gather clamps its position to [0, i]: before the start reads <bos>, ahead reads i."""
+    d = tw.lookup(x, D, default=0)
+    p = tw.position(x)
+    back = tw.gather(d, p - 3)
+    ahead = tw.gather(d, p + 2)
+    return tw.token("0") + (back + ahead) % 5
+
+
+def digit_at_latched_position(x: torch.Tensor) -> torch.Tensor:
+    """The digit two places after the latest ';' (gather at a latched position)."""
+    semi = tw.is_token(x, ";")
+    start = tw.latch(tw.position(x), semi)
+    return tw.token("0") + tw.gather(tw.lookup(x, D, default=0), start + 2)
+
+
+PROGRAMS = [digit_after_last_same_token, latest_smaller_digit, two_conditions, latest_of_any,
+            halfway_back, clamped_reads, digit_at_latched_position]
+
+
+def streams(seed: str) -> list[list[int]]:
+    """Two 128-token streams: uniform tokens, and few distinct ones (many selected keys)."""
+    rng = random.Random(seed)
+    few = [V[t] for t in "ab01;"]  # repeats: many selected keys per query
+    return [[V.bos_id] + [rng.randrange(3, len(V)) for _ in range(127)],
+            [V.bos_id] + [rng.choice(few) for _ in range(127)]]

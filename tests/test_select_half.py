@@ -1,0 +1,63 @@
+"""Content selection in half precision (issue 32): ``tw.select_latest`` and ``tw.gather`` as
+one head whose logit is ``G (p_j + 1) (c_j - m + 1)`` (ops/position_half.latest). Each program,
+written as a user would, compiles with precision="half" and is right at every position of
+128-token streams through transformers in float32, float16 and bfloat16, eager and sdpa,
+against the eager reference; what half cannot hold is refused naming the line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import torchwright_fx as tw
+from tests.select_half_programs import PROGRAMS, D, V, streams
+
+QUICK = {"digit_after_last_same_token", "halfway_back", "two_conditions"}
+
+
+@pytest.mark.parametrize("fn", [pytest.param(f, id=f.__name__, marks=() if f.__name__ in QUICK
+                                             else pytest.mark.slow) for f in PROGRAMS])
+def test_half_selection_is_right_in_every_dtype(fn, tmp_path):
+    compiled = tw.compile(fn, vocab=V, precision="half").compile()
+    assert compiled.stats()["certified"] == ["fp32", "fp16", "bf16"]
+    compiled.save_pretrained(tmp_path)
+    cases = streams(fn.__name__)
+    wants = [compiled.traced.run(s).round().long().tolist() for s in cases]
+    with tw.using_vocab(V):  # the traced reference is the eager function
+        for s, want in zip(cases, wants, strict=True):
+            assert want[1:] == fn(V.one_hot(s)).round().long().reshape(-1).tolist()[1:]
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for impl in ("eager", "sdpa"):
+            model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype,
+                                                         attn_implementation=impl)
+            for s, want in zip(cases, wants, strict=True):
+                with torch.no_grad():
+                    got = model(torch.tensor([s])).logits[0].argmax(-1).tolist()
+                assert got[1:] == want[1:], (dtype, impl)
+
+
+def test_three_joined_conditions_are_refused_with_the_way_out():
+    def three(x: torch.Tensor) -> torch.Tensor:
+        d = tw.lookup(x, D, default=0)
+        a = tw.is_token(x, list("ab")).float()
+        b = tw.is_token(x, list("bc")).float()
+        sel = tw.select(d, d, "==") & tw.select(a, a, "==") & tw.select(b, b, "==")
+        return tw.token("0") + tw.select_latest(sel, d)
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(three, vocab=V, precision="half").compile()
+    text = str(e.value)
+    assert "test_select_half.py" in text and "predicate function" in text, text
+
+
+def test_argmax_in_half_is_refused_naming_the_op():
+    def best(x: torch.Tensor) -> torch.Tensor:
+        d = tw.lookup(x, D, default=0)
+        return tw.token("0") + tw.argmax(d, d)
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(best, vocab=V, precision="half").compile()
+    text = str(e.value)
+    assert "test_select_half.py" in text and "tw.argmax" in text, text
+    assert "precision='fp32'" in text, text

@@ -18,8 +18,9 @@ that shrinks towards the first alternative of every choice).
 ``precision="half"`` (``scripts/fuzz.py --precision half``): programs compiled with
 ``tw.compile(..., precision="half")``, generated with a bias toward what half supports (ops of
 the current token, ``tw.shift`` by small offsets, ``tw.emit``, and ``tw.latch``, ``tw.position``,
-``tw.steps_since``, which half certifies to 128 positions; the ops half refuses, means, gathers,
-argmax, selectors, only rarely, to keep the refusal path covered), and every compiled program is
+``tw.steps_since``, ``tw.gather`` and ``tw.select_latest``, which half certifies to 128
+positions; the ops half refuses, means, counts, argmax, only rarely, to keep the refusal path
+covered), and every compiled program is
 also run through
 transformers as a user loads the saved directory (``AutoModelForCausalLM.from_pretrained(dir,
 dtype=...)``) in float32, float16 and bfloat16, eager and sdpa attention (``HF_CONFIGS``): a
@@ -494,17 +495,18 @@ class _Gen:
     # -- precision="half" --
     HALF_INT_FORMS = ("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
                       "mod", "round", "digits", "shift", "shift", "shift", "latch", "steps",
-                      "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign", "leaf")
-    HALF_REFUSED_INT_FORMS = ("arg", "gather", "count", "width", "latest")
+                      "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign", "leaf",
+                      "gather", "latest")
+    HALF_REFUSED_INT_FORMS = ("arg", "count", "width")
 
     def half_int_form(self) -> str:
-        """int_op's form in half: ops of the current token, tw.shift, tw.latch and
-        tw.steps_since; rarely an attention op half refuses."""
+        """int_op's form in half: ops of the current token, tw.shift, tw.latch,
+        tw.steps_since, tw.gather and tw.select_latest; rarely an attention op half refuses."""
         d = self.d
         if d.chance(self.HALF_REFUSED):
             return d.pick(self.HALF_REFUSED_INT_FORMS)
         form = d.pick(self.HALF_INT_FORMS)
-        if form in ("latch", "steps") and self.L > self.HALF_POSITIONS and \
+        if form in ("latch", "steps", "gather", "latest") and self.L > self.HALF_POSITIONS and \
                 not d.chance(self.HALF_REFUSED):
             return "shift"
         return form

@@ -1,6 +1,7 @@
-"""Programs that select by content in half precision (``tw.select_latest``, ``tw.gather``),
-written as a user would: ``tests/test_select_half.py`` runs them through transformers in every
-dtype, ``scripts/half/llama_selection.py`` through llama.cpp at its defaults."""
+"""Programs that select by content in half precision (``tw.select_latest``, ``tw.gather``) and
+count (``tw.selector_width``), written as a user would: ``tests/test_select_half.py`` runs them
+through transformers in every dtype, ``scripts/half/llama_selection.py`` through llama.cpp at
+its defaults."""
 
 from __future__ import annotations
 
@@ -62,13 +63,44 @@ def digit_at_latched_position(x: torch.Tensor) -> torch.Tensor:
     return tw.token("0") + tw.gather(tw.lookup(x, D, default=0), start + 2)
 
 
+def count_same_token(x: torch.Tensor) -> torch.Tensor:
+    """How many earlier tokens equal this one, mod 5."""
+    return tw.token("0") + tw.selector_width(tw.select(tw.code(x), tw.code(x), "==")) % 5
+
+
+def digits_so_far(x: torch.Tensor) -> torch.Tensor:
+    """How many digits so far, capped at 4 (a selector on the keys alone)."""
+    d = tw.is_token(x, list("01234")).float()
+    return tw.token("0") + torch.clamp(tw.selector_width(tw.select(d, d, lambda k, q: k == 1)),
+                                       0, 4)
+
+
+def length_mod5(x: torch.Tensor) -> torch.Tensor:
+    """The number of tokens so far (the "true" selector), mod 5."""
+    return tw.token("0") + tw.selector_width(tw.select(tw.code(x), tw.code(x), "true")) % 5
+
+
+def smaller_of_same_kind(x: torch.Tensor) -> torch.Tensor:
+    """Earlier tokens of the same kind (letter or not) with a value <= this one's, mod 5."""
+    d = tw.lookup(x, D, default=0)
+    letter = tw.is_token(x, list("abcde")).float()
+    sel = tw.select(d, d, "<=") & tw.select(letter, letter, "==")
+    return tw.token("0") + tw.selector_width(sel) % 5
+
+
+COUNT_PROGRAMS = [count_same_token, digits_so_far, length_mod5, smaller_of_same_kind]
+COUNT_LENGTH = 64  # counts hold to 97 positions in half (ops/count_half.py)
+
+
 PROGRAMS = [digit_after_last_same_token, latest_smaller_digit, two_conditions, latest_of_any,
             halfway_back, clamped_reads, digit_at_latched_position]
 
 
-def streams(seed: str) -> list[list[int]]:
-    """Two 128-token streams: uniform tokens, and few distinct ones (many selected keys)."""
+def streams(seed: str, n: int = 128) -> list[list[int]]:
+    """Streams of n tokens: uniform tokens, few distinct ones (many selected keys), and one
+    token repeated (every key selected: the largest counts)."""
     rng = random.Random(seed)
-    few = [V[t] for t in "ab01;"]  # repeats: many selected keys per query
-    return [[V.bos_id] + [rng.randrange(3, len(V)) for _ in range(127)],
-            [V.bos_id] + [rng.choice(few) for _ in range(127)]]
+    few = [V[t] for t in "ab01;"]
+    return [[V.bos_id] + [rng.randrange(3, len(V)) for _ in range(n - 1)],
+            [V.bos_id] + [rng.choice(few) for _ in range(n - 1)],
+            [V.bos_id] + [V["a"]] * (n - 1)]

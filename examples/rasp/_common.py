@@ -32,7 +32,6 @@ import torchwright_fx as tw
 TRIGGER = "\n"
 SEP = ","
 DIGITS = "0123456789"
-MAX_STEPS = 4096  # beyond any max_seq_len
 
 
 # -- the prompt layout ---------------------------------------------------------------------------
@@ -140,7 +139,7 @@ def print_sequence(x: torch.Tensor, lay: Layout, count: torch.Tensor, lo: int, h
 def answered(lay: Layout, count: torch.Tensor) -> torch.Tensor:
     """1 once ``count`` tokens are printed after the trigger, and before the trigger (where
     the step counts from <bos>)."""
-    return (lay.step - count + (MAX_STEPS * (1 - lay.after)) >= 0).float()
+    return torch.maximum((lay.step - count >= 0).float(), 1 - lay.after)
 
 
 def print_tokens(lay: Layout, count: torch.Tensor, token: torch.Tensor) -> torch.Tensor:

@@ -331,6 +331,26 @@ HALF_D_HEAD = 64
 # multiplied by the RMSNorm identity's reader scale 2**(e - 15) and must stay below 65504.
 # Dividing the query and multiplying the key by a power of two changes no product's bits.
 HALF_KEY_GAIN = 16.0
+# Counts in half precision (ops/count_half.py). The averaging head gives <bos> the value
+# HALF_COUNT_VALUE and ties it with the w selected keys, so it outputs B / (w + 1) (rounded by
+# each runtime: its neighbours in fp32, fp16 and bf16); B = 256 keeps B / n above 2, where fp16
+# keeps 10 fraction bits after the norm. Unselected keys trail by HALF_COUNT_GAIN (>= the gap
+# beyond which a weight is exactly 0; a power of two: the scores stay exact).
+HALF_COUNT_VALUE = 256.0
+HALF_COUNT_GAIN = 128.0
+# The decoder compares the output with thresholds, each by one head whose <bos> logit is
+# u = K (t - y): it must reach the gap with this slack for the roundings of u on its way (the
+# up projection, the residual, the norm's fp16 subnormals, q and the score: at most ~1.1%), and
+# stay below fp16's 65504 / sqrt(d_head) with the same slack. Thresholds per window per level:
+# HALF_COUNT_SLOTS heads (3: depth 5 at 32 positions, 7 at 64, 9 at 96).
+HALF_COUNT_SLACK = 0.05
+HALF_COUNT_SLOTS = 3
+# transformers casts the normalised residual h * 2**-e to fp16 before the gain: below fp16's
+# normal numbers (h < 2**(e - 14)) only multiples of 2**(e - 24) survive. The count's outputs
+# are taken rounded to that grid for any e up to this (the certificate refuses a larger e).
+HALF_COUNT_NORM_EXPONENT = 18
+# The decoder's u columns hold u / HALF_COUNT_SCALE (<= 128: the residual's energy stays small).
+HALF_COUNT_SCALE = 64.0
 # The position's high digit: the circle in this many sectors (HALF_POSITIONS / 16 = 8
 # positions each), read by a Johnson code of 8 half-circle cuts, the widest cuts there are
 # (each line passes between two positions at pi / HALF_POSITIONS from either).

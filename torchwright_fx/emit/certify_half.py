@@ -41,6 +41,7 @@ from torchwright_fx.base.machines import BF16, FP16
 from torchwright_fx.base.numerics import (
     FP32_EXACT_INTEGERS,
     HALF_CERTIFY_POINTS,
+    HALF_COUNT_NORM_EXPONENT,
     HALF_GAIN_EXPONENT,
 )
 from torchwright_fx.emit.half import exact_in_half
@@ -450,6 +451,11 @@ def values(prog: Program, arithmetics: dict[str, Arithmetic] | None = None) -> K
                   facts=facts)
     for pid in sorted(prog.producers):
         p = prog.producers[pid]
+        outs = list(p.outputs) if isinstance(p, FFN) else p.outputs
+        if outs and all(sid in prog.inexact for sid in outs):  # bounded where it was built
+            for sid in outs:
+                known.sets[sid] = np.asarray(prog.inexact[sid][0], dtype=np.float64)
+            continue
         if isinstance(p, FFN):
             _ffn(prog, known, p, arithmetics or {})
         else:
@@ -480,6 +486,19 @@ def certify(prog: Program, plan: Plan, m: Machine, placed: Placement) -> dict[st
         assert held is not None, f"signal {prog.signals[s].name} was never certified"
         # transformers casts h * 2**-e to fp16 before the gain: below fp16's normal numbers
         # (|h| < 2**(e - 14)) only multiples of 2**(e - 24) survive (Q1 part B)
+        if s in prog.inexact:  # bounded where built: see Program.inexact
+            have, exact_bits = prog.inexact[s]
+            if exact_bits:  # its values include fp16's norm grid for e up to a bound
+                ok = e <= HALF_COUNT_NORM_EXPONENT
+            else:  # a comparison's margin: fp16's subnormals may round it by 2**-7
+                ok = not np.any((have != 0) & (np.abs(have) < 2.0 ** (e - 18)))
+            if not ok:
+                sig = prog.signals[s]
+                raise CompileError(
+                    f"{sig.source}\n  {sig.name}: precision='half' normalises the residual by "
+                    f"2**-{e}, and fp16 keeps too few bits of this value there; keep fewer or "
+                    f"smaller values live, or {ADVICE}")
+            continue
         small = held[np.abs(held) < 2.0 ** (e - 14)]
         if small.size and not np.all(small * 2.0 ** (24 - e) == np.round(small * 2.0 ** (24 - e))):
             sig = prog.signals[s]

@@ -485,3 +485,13 @@ def latest_half(ctx: LowerCtx, feats: list[Features], values: list[Lin],
     parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
     return position_half.latest(ctx.prog, ctx.geom, parts, values, ranges, bos_indicator(ctx),
                                 ctx.name, ctx.source)
+
+
+def width_half(ctx: LowerCtx, feats: list[Features]) -> Lin:
+    """The number of keys 1 <= j <= i the factors ``feats`` select, in half precision: an
+    averaging head and a search of exact comparisons (``ops/count_half.width``)."""
+    from torchwright_fx.ops import count_half
+
+    parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
+    return count_half.width(ctx.prog, ctx.geom, parts, bos_indicator(ctx), ctx.name,
+                            ctx.source)

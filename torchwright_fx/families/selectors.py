@@ -337,6 +337,12 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     from torchwright_fx.ops.position import decode_count, noise
 
     sel = _check_selector(ctx, sel)
+    if ctx.prog.precision.half:  # a search of exact comparisons (ops/count_half.py)
+        feats = selection.content(ctx, sel, "selector_width")
+        if feats is None:
+            return _const_stream(0.0, 1)
+        return Stream([selection.width_half(ctx, feats)],
+                      [Interval(0, ctx.geom.max_seq_len - 1, True)])
     inverse = _width_inverse(ctx, sel)
     if inverse is None:
         return _const_stream(0.0, 1)

@@ -140,6 +140,11 @@ class Program:
     # half precision: what tw.claim declared of an affine form (its range and lattice), which
     # the certificate may take as the form's values (emit/certify_half.py)
     claims: list[tuple[Lin, Interval]] = field(default_factory=list)
+    # half precision: signals whose values are not exact but bounded, checked where they are
+    # built (a count's averaging head and its decoder, ops/count_half.py): (every value a
+    # runtime can give them, whether fp16 must keep their bits through the norm), which the
+    # certificate takes instead of replaying their producer
+    inexact: dict[int, tuple[Any, bool]] = field(default_factory=dict)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +158,7 @@ class Program:
             signals=dict(self.signals), embed_tables=dict(self.embed_tables),
             producers={pid: _copy_producer(p) for pid, p in self.producers.items()},
             approximations=list(self.approximations), nodes=dict(self.nodes),
-            checks=list(self.checks), claims=list(self.claims),
+            checks=list(self.checks), claims=list(self.claims), inexact=dict(self.inexact),
             shared=dataclasses.replace(self.shared, indicators=dict(self.shared.indicators)),
             _embed_index=dict(self._embed_index))
         fields.update(changes)

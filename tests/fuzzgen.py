@@ -19,8 +19,9 @@ that shrinks towards the first alternative of every choice).
 ``tw.compile(..., precision="half")``, generated with a bias toward what half supports (ops of
 the current token, ``tw.shift`` by small offsets, ``tw.emit``, and ``tw.latch``, ``tw.position``,
 ``tw.steps_since``, ``tw.gather`` and ``tw.select_latest``, which half certifies to 128
-positions; the ops half refuses, means, counts, argmax, only rarely, to keep the refusal path
-covered), and every compiled program is
+positions, ``tw.argmax`` there for narrow scores, and ``tw.selector_width`` to 97; the ops
+half refuses, means, only rarely, to keep the refusal path covered), and every compiled
+program is
 also run through
 transformers as a user loads the saved directory (``AutoModelForCausalLM.from_pretrained(dir,
 dtype=...)``) in float32, float16 and bfloat16, eager and sdpa attention (``HF_CONFIGS``): a
@@ -496,18 +497,23 @@ class _Gen:
     HALF_INT_FORMS = ("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
                       "mod", "round", "digits", "shift", "shift", "shift", "latch", "steps",
                       "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign", "leaf",
-                      "gather", "latest")
-    HALF_REFUSED_INT_FORMS = ("arg", "count", "width")
+                      "gather", "latest", "width", "arg")
+    HALF_REFUSED_INT_FORMS = ("count",)
+    HALF_COUNTS = 97  # tw.selector_width holds to this many positions in half
 
     def half_int_form(self) -> str:
         """int_op's form in half: ops of the current token, tw.shift, tw.latch,
-        tw.steps_since, tw.gather and tw.select_latest; rarely an attention op half refuses."""
+        tw.steps_since, tw.gather, tw.select_latest, tw.argmax and tw.selector_width; rarely a
+        mean, which half refuses."""
         d = self.d
         if d.chance(self.HALF_REFUSED):
             return d.pick(self.HALF_REFUSED_INT_FORMS)
         form = d.pick(self.HALF_INT_FORMS)
-        if form in ("latch", "steps", "gather", "latest") and self.L > self.HALF_POSITIONS and \
+        if form in ("latch", "steps", "gather", "latest", "arg") and \
+                self.L > self.HALF_POSITIONS and \
                 not d.chance(self.HALF_REFUSED):
+            return "shift"
+        if form == "width" and self.L > self.HALF_COUNTS and not d.chance(self.HALF_REFUSED):
             return "shift"
         return form
 

@@ -104,3 +104,19 @@ def streams(seed: str, n: int = 128) -> list[list[int]]:
     return [[V.bos_id] + [rng.randrange(3, len(V)) for _ in range(n - 1)],
             [V.bos_id] + [rng.choice(few) for _ in range(n - 1)],
             [V.bos_id] + [V["a"]] * (n - 1)]
+
+
+def best_digit_so_far(x: torch.Tensor) -> torch.Tensor:
+    """The letter (as a digit code) after the largest digit so far, ties to the latest."""
+    d = tw.lookup(x, D, default=0)
+    return tw.token("0") + tw.argmax(d, tw.shift(d, 1))
+
+
+def smallest_digit_where_letter_before(x: torch.Tensor) -> torch.Tensor:
+    """argmin with `where`: among digits that follow a letter."""
+    d = tw.lookup(x, D, default=4)
+    after_letter = tw.shift(tw.is_token(x, list("abcde")), 1)
+    return tw.token("0") + tw.argmin(d, d, where=after_letter)
+
+
+ARGMAX_PROGRAMS = [best_digit_so_far, smallest_digit_where_letter_before]

@@ -1,5 +1,6 @@
 """Content selection in half precision (issue 32): ``tw.select_latest`` and ``tw.gather`` as
-one head whose logit is ``G (p_j + 1) (c_j - m + 1)`` (ops/position_half.latest). Each program,
+one head whose logit is ``G (p_j + 1) (c_j - m + 1)`` (ops/position_half.latest), and
+``tw.argmax`` / ``tw.argmin`` from latches of [score >= s] and that head. Each program,
 written as a user would, compiles with precision="half" and is right at every position of
 128-token streams through transformers in float32, float16 and bfloat16, eager and sdpa,
 against the eager reference; what half cannot hold is refused naming the line."""
@@ -11,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import torchwright_fx as tw
-from tests.select_half_programs import PROGRAMS, D, V, streams
+from tests.select_half_programs import ARGMAX_PROGRAMS, PROGRAMS, D, V, streams
 
 QUICK = {"digit_after_last_same_token", "halfway_back", "two_conditions"}
 
@@ -51,13 +52,18 @@ def test_three_joined_conditions_are_refused_with_the_way_out():
     assert "test_select_half.py" in text and "predicate function" in text, text
 
 
-def test_argmax_in_half_is_refused_naming_the_op():
-    def best(x: torch.Tensor) -> torch.Tensor:
+@pytest.mark.parametrize("fn", ARGMAX_PROGRAMS, ids=lambda f: f.__name__)
+def test_half_argmax_is_right_in_every_dtype(fn, tmp_path):
+    test_half_selection_is_right_in_every_dtype(fn, tmp_path)
+
+
+def test_argmax_of_a_wide_score_is_refused_with_the_way_out():
+    def latest_peak(x: torch.Tensor) -> torch.Tensor:
         d = tw.lookup(x, D, default=0)
-        return tw.token("0") + tw.argmax(d, d)
+        return tw.token("0") + tw.argmax(tw.position(x), d)  # 128 score values
 
     with pytest.raises(tw.CompileError) as e:
-        tw.compile(best, vocab=V, precision="half").compile()
+        tw.compile(latest_peak, vocab=V, precision="half").compile()
     text = str(e.value)
-    assert "test_select_half.py" in text and "tw.argmax" in text, text
-    assert "precision='fp32'" in text, text
+    assert "test_select_half.py" in text and "takes 128" in text, text
+    assert "torch.clamp" in text and "precision='fp32'" in text, text

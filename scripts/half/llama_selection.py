@@ -1,4 +1,4 @@
-"""The half selection and count programs of tests/select_half_programs.py through llama.cpp at its default
+"""The half selection, argmax and count programs of tests/select_half_programs.py through llama.cpp at its default
 context parameters (flash attention auto, f16 KV cache) from an F16 GGUF: the top token at
 every position of the test's 128-token streams, batched and token by token, against the
 reference. Run with the llama.cpp venv (``make runtime-llama`` builds it):
@@ -14,13 +14,21 @@ import numpy as np
 from llama_cpp import Llama
 
 import torchwright_fx as tw
-from tests.select_half_programs import COUNT_LENGTH, COUNT_PROGRAMS, PROGRAMS, V, streams
+from tests.select_half_programs import (
+    ARGMAX_PROGRAMS,
+    COUNT_LENGTH,
+    COUNT_PROGRAMS,
+    PROGRAMS,
+    V,
+    streams,
+)
 
 
 def main() -> int:
     wrong = 0
     with tempfile.TemporaryDirectory() as tmp:
-        cases = [(fn, 128) for fn in PROGRAMS] + [(fn, COUNT_LENGTH) for fn in COUNT_PROGRAMS]
+        cases = [(fn, 128) for fn in PROGRAMS + ARGMAX_PROGRAMS] + \
+            [(fn, COUNT_LENGTH) for fn in COUNT_PROGRAMS]
         for fn, n in cases:
             compiled = tw.compile(fn, vocab=V, precision="half", max_seq_len=n).compile()
             path = Path(tmp) / f"{fn.__name__}.gguf"

@@ -351,6 +351,9 @@ HALF_COUNT_SLOTS = 3
 HALF_COUNT_NORM_EXPONENT = 18
 # The decoder's u columns hold u / HALF_COUNT_SCALE (<= 128: the residual's energy stays small).
 HALF_COUNT_SCALE = 64.0
+# argmax in half precision (families/positional.py): one latch head per score value above the
+# least (the best score so far is their sum), so a score takes at most this many more values.
+HALF_ARGMAX_VALUES = 16
 # The position's high digit: the circle in this many sectors (HALF_POSITIONS / 16 = 8
 # positions each), read by a Johnson code of 8 half-circle cuts, the widest cuts there are
 # (each line passes between two positions at pi / HALF_POSITIONS from either).

@@ -344,11 +344,10 @@ def heads(
     if prog.precision.half and not half:
         raise GeometryError(
             "precision='half' does not certify this op's head: half holds tw.shift and "
-            "tw.emit (to 16384 positions), and tw.latch, tw.position, tw.steps_since, "
-            "tw.select_latest and tw.gather (to 128); averaging heads (tw.mean, "
-            "tw.aggregate, tw.selector_width) and tw.argmax are built for fp32, whose 24 "
-            "bits hold their weights 1/n and their recency tie-breaks "
-            "(docs/half-precision.md)",
+            "tw.emit (to 16384 positions), tw.latch, tw.position, tw.steps_since, "
+            "tw.select_latest, tw.gather and tw.argmax (to 128), and tw.selector_width (to "
+            "97); a mean (tw.mean, tw.aggregate) is a fraction k/n, which fp16 and bf16 do "
+            "not hold (docs/half-precision.md)",
             "compile with precision='fp32' (the default), or express it with the ops half "
             "holds")
     out: list[Lin] = []

@@ -67,6 +67,7 @@ $(LLAMA_STAMP):
 runtime-llama: $(LLAMA_STAMP)
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py --precision half
+	PYTHONPATH=. $(LLAMA_PY) scripts/half/llama_selection.py
 
 # -- other runtimes (not part of `make test`) ------------------------------------------------
 # Every example compiled with d_head=32 (vLLM's CPU attention needs head_dim >= 32) by .venv
@@ -110,6 +111,7 @@ runtime-vllm: $(RT_STAMP) $(VLLM_VENV)/.installed
 # half-precision builds at vLLM's default dtype (bfloat16 on CPU): no --dtype
 runtime-vllm-half: $(STAMP) $(VLLM_VENV)/.installed
 	$(PY) scripts/runtimes/check_vllm_half.py compile build/vllm_half
+	PYTHONPATH=. $(PY) scripts/runtimes/check_vllm_half.py compile-programs build/vllm_half
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
 		$(VLLM_VENV)/bin/python scripts/runtimes/check_vllm_half.py run build/vllm_half
 

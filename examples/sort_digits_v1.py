@@ -8,13 +8,16 @@ A counting sort, decided afresh at every step. At the newline, for every digit v
 C_v = how many typed digits are <= v, and hold the counts. At the step after k digits have
 been printed the next digit is the smallest v with C_v > k, that is, the number of v with
 C_v <= k; once C_9 (the length) <= k every digit has been printed and the answer is
-``<eos>``. The counts come from one averaging head: the mean of the indicator
-[digit <= v] over <bos> and the digits is C_v / (n + 1), multiplied back by n + 1.
+``<eos>``. The counts are selector widths: C_v counts the keys whose digit is <= v. (They
+were the mean of [digit <= v] over <bos> and the digits times n + 1, one head and 2 layers in
+fp32; a mean is a fraction that fp16 and bf16 do not hold, counts compile in both.)
 """
 
-# report() for the default build (max_len=10), heuristic scheduler:
-#   sort_digits_v1: 2 layers (critical-path bound 2), d_model=64 (peak live width 48),
-#   d_head=32, 13 heads/layer (15 used), 20 lanes/layer, 222,784 parameters, compiled in 0.7-2.3s
+# report() for the default build (max_len=10, max_seq_len 22), heuristic scheduler:
+#   sort_digits_v1: 3 layers (critical-path bound 3), d_model=64 (peak live width 44),
+#   d_head=32, 12 heads/layer (24 used), 210 lanes/layer, 418,112 parameters, compiled in 0.2s
+#   precision="half": 8 layers, d_model=1024, 137 heads (each count: an averaging head and a
+#   search of comparisons, ops/count_half.py), 72.3M parameters (all but 0.05% zeros)
 # (the seed: 26 layers at d=512, 12.7M parameters, and it never stopped).
 
 from __future__ import annotations
@@ -72,31 +75,27 @@ def make(max_len: int = MAX_LEN, **options: Any) -> tw.Compiled:
 
     def sort_digits_v1(x: torch.Tensor) -> torch.Tensor:
         newline = tw.is_token(x, "\n")
-        bos = tw.is_token(x, "<bos>")
-        # at_most[:, v] = [this token is a digit <= v]
-        one_hot = torch.cat([tw.is_token(x, d) for d in DIGITS], dim=-1).float()
-        at_most = one_hot @ torch.triu(torch.ones(10, 10))
-        # Averaged over <bos> and the digits, at the newline: C_v / (n + 1).
-        fraction = tw.mean(at_most, tw.is_token(x, ["<bos>", *DIGITS]))
+        # C_v = how many typed digits are <= v: a count of the keys whose digit is <= v (a
+        # non-digit reads 10, never counted)
+        digit = tw.lookup(x, {d: i for i, d in enumerate(DIGITS)}, default=10)
+        at_most = torch.cat([tw.selector_width(tw.select(digit, digit,
+                                                         lambda k, q, v=v: k <= v))
+                             for v in range(10)], dim=-1)
 
-        # A shift reads <bos> when it reaches past the start, so at position i,
-        # shift(bos, j) = [i <= j], and the shifts of `newline` say how far back it is.
-        back = [tw.shift(torch.cat([bos.float(), newline.float()], dim=-1), j)
-                for j in range(1, max_len + 2)]
-        position = (max_len + 2) - sum(b[:, 0:1] for b in back)  # = i for i <= max_len + 1
-        printed = sum(j * b[:, 1:2] for j, b in enumerate(back, 1))  # k = steps since newline
+        # The shifts of `newline` say how far back it is: k = steps since the newline.
+        back = [tw.shift(newline.float(), j) for j in range(1, max_len + 2)]
+        printed = sum(j * b for j, b in enumerate(back, 1))
 
-        # At the newline, position = n + 1: the counts, held for the steps that follow. A mean
-        # times its count is a whole number, which the compiler cannot see from the facts of
-        # the two factors: the claim says so (checked, and snapped, in the reference run).
-        counts = tw.claim(tw.latch(fraction * position, newline), 0, max_len + 1,
-                          integral=True)
-        # [C_v <= k], exact on whole numbers (the fp32 averaging noise, ~1e-6, is counted).
+        # The counts at the newline, held for the steps that follow.
+        counts = tw.claim(tw.latch(at_most, newline), 0, max_len, integral=True)
+        # [C_v <= k]
         done = (counts - printed <= 0.5).float()
         eos, zero = tw.token("<eos>"), tw.token("0")
         # The next digit is the number of v with C_v <= k (v < 9); when C_9 <= k too, <eos>.
         return zero + done[:, :9].sum(-1, keepdim=True) + (eos - zero - 9) * done[:, 9:10]
 
+    # <bos>, the digits, the newline and the sorted digits: the longest stream there is
+    options.setdefault("max_seq_len", 2 * max_len + 2)
     return tw.compile(sort_digits_v1, vocab=VOCAB, **options).with_domain(
         lambda: inputs(max_len), oracle)
 

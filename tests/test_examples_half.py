@@ -14,7 +14,8 @@ import torch
 import torchwright_fx as tw
 from examples import NAMES
 
-HALF = ["adder_1digit", "adder", "binary_increment", "caesar_cipher", "fibonacci"]
+HALF = ["adder_1digit", "adder", "binary_increment", "caesar_cipher", "fibonacci",
+        "sort_digits_v1"]
 
 
 @pytest.mark.parametrize("name", HALF)

@@ -1,7 +1,7 @@
-"""The half selection, argmax and count programs of tests/select_half_programs.py through llama.cpp at its default
-context parameters (flash attention auto, f16 KV cache) from an F16 GGUF: the top token at
-every position of the test's 128-token streams, batched and token by token, against the
-reference. Run with the llama.cpp venv (``make runtime-llama`` builds it):
+"""The half selection, argmax and count programs of tests/select_half_programs.py through
+llama.cpp at its default context parameters (flash attention auto, f16 KV cache) from an F16
+GGUF: the top token at every position of the test's streams, batched and token by token,
+against the reference. Run with the llama.cpp venv (``make runtime-llama`` builds it):
 ``PYTHONPATH=. .runtimes/llama/venv/bin/python scripts/half/llama_selection.py``."""
 
 from __future__ import annotations

@@ -243,7 +243,8 @@ def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]
                         for form, _ in known.claims)
     # lane by lane when the joint domain is too large, or when a claimed form (several
     # signals whose sum is declared: the position's digits) would be enumerated part by part
-    if claimed_parts or _domain_size(known, sorted(reads)) > HALF_CERTIFY_POINTS:
+    if claimed_parts or any(sid in prog.by_lane for sid in p.outputs) or \
+            _domain_size(known, sorted(reads)) > HALF_CERTIFY_POINTS:
         _ffn_by_lane(prog, known, p, arithmetics)
         return
     cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
@@ -521,10 +522,13 @@ def _projections(prog: Program, known: Known, scale: float) -> None:
     the query ``sqrt(d_head) q / R``. A bound per dim: each term at its largest magnitude
     (the rotary dims' constants are replayed with their rotation at lowering)."""
 
+    def largest(sid: int) -> float:
+        held = known.per_token.get(sid, known.sets.get(sid))
+        assert held is not None, f"signal {prog.signals[sid].name} was never certified"
+        return float(np.abs(held).max())
+
     def top(lin: Lin) -> float:
-        return abs(float(lin.const)) + sum(
-            abs(c) * float(np.abs(known.per_token.get(s, known.sets.get(s))).max())
-            for s, c in lin.terms.items())
+        return abs(float(lin.const)) + sum(abs(c) * largest(s) for s, c in lin.terms.items())
 
     for h in prog.producers.values():
         if not isinstance(h, Head):

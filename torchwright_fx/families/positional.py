@@ -356,7 +356,9 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
                         "round it (tw.gather(v, torch.round(at))), or declare a position that "
                         "is whole with tw.claim(at, lo, hi, integral=True)")
     if ctx.prog.precision.half:  # the square's logits are beyond half: match the position
-        return _by_digits(ctx, v, at, half=True)
+        matched = _by_digits(ctx, v, at, half=True)
+        assert matched is not None  # half matches the position as one equality if not digits
+        return matched
     problem = _square_problem(ctx, at)
     if problem is None:
         return _by_square(ctx, v, at)

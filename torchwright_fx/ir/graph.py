@@ -145,6 +145,10 @@ class Program:
     # runtime can give them, whether fp16 must keep their bits through the norm), which the
     # certificate takes instead of replaying their producer
     inexact: dict[int, tuple[Any, bool]] = field(default_factory=dict)
+    # half precision: signals whose bank the certificate replays lane by lane (each lane on
+    # its own inputs) rather than on its inputs' joint domain: a count's window indicators,
+    # whose bank reads every parent's indicator (a joint domain of 2**k points)
+    by_lane: set[int] = field(default_factory=set)
     _embed_index: dict[tuple[float, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +163,7 @@ class Program:
             producers={pid: _copy_producer(p) for pid, p in self.producers.items()},
             approximations=list(self.approximations), nodes=dict(self.nodes),
             checks=list(self.checks), claims=list(self.claims), inexact=dict(self.inexact),
+            by_lane=set(self.by_lane),
             shared=dataclasses.replace(self.shared, indicators=dict(self.shared.indicators)),
             _embed_index=dict(self._embed_index))
         fields.update(changes)

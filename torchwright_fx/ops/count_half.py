@@ -102,8 +102,9 @@ def outputs(n: int) -> tuple[np.ndarray, ...]:
 @dataclass(frozen=True)
 class Window:
     """Counts lo..hi, split at the thresholds ``cuts`` (m, t_high, t_low, K): bit [w >= m] is
-    the sign of K (t - y), t = t_high + t_low. ``parent``: its index at the level before (-1: the root); ``child``: which
-    of the parent's children it is (0: below the parent's first threshold)."""
+    the sign of K (t - y), t = t_high + t_low. ``parent``: its index at the level before (-1:
+    the root); ``child``: which of the parent's children it is (0: below the parent's first
+    threshold)."""
 
     lo: int
     hi: int
@@ -128,8 +129,9 @@ def _between(a: float, b: float, parts: int) -> tuple[float, float] | None:
 
 def _cut(sets: tuple[np.ndarray, ...], lo: int, hi: int, m: int, parts: int
          ) -> tuple[int, float, float, float] | None:
-    """Threshold m of window [lo, hi] as (m, t_high, t_low, K): t = t_high + t_low, K a power of two with |K (t - y)| within
-    [LEAD, CAP] for every output y of every count in the window; None if there is none."""
+    """Threshold m of window [lo, hi] as (m, t_high, t_low, K): t = t_high + t_low, K a power
+    of two with |K (t - y)| within [LEAD, CAP] for every output y of every count in the
+    window; None if there is none."""
     split = _between(float(sets[m].max()), float(sets[m - 1].min()), parts)
     if split is None:
         return None
@@ -138,6 +140,11 @@ def _cut(sets: tuple[np.ndarray, ...], lo: int, hi: int, m: int, parts: int
     near, far = float(np.abs(t - y).min()), float(np.abs(t - y).max())
     k = 2.0 ** math.ceil(math.log2(LEAD / near))
     return (m, split[0], split[1], k) if k * far <= CAP else None
+
+
+def _nearest(cuts: list[tuple[int, float, float, float]], x: int
+             ) -> tuple[int, float, float, float]:
+    return min(cuts, key=lambda c: abs(c[0] - x))
 
 
 @lru_cache(maxsize=16)
@@ -161,8 +168,7 @@ def plan(n: int) -> tuple[tuple[tuple[Window, ...], ...], tuple[Window, ...]]:
                 top = feasible[-1][0]
                 marks = [lo + round((top - lo) * s / HALF_COUNT_SLOTS)
                          for s in range(1, HALF_COUNT_SLOTS + 1)]
-                chosen = sorted({min(feasible, key=lambda c, x=x: abs(c[0] - x))
-                                 for x in marks})
+                chosen = sorted({_nearest(feasible, x) for x in marks})
             level.append(Window(lo, hi, tuple(chosen), parent, child))
             edges = [lo] + [c[0] for c in chosen] + [hi + 1]
             nxt += [(edges[i], edges[i + 1] - 1, index, i) for i in range(len(edges) - 1)]
@@ -250,6 +256,7 @@ def width(prog: Program, geom: Geometry, parts: list[list[tuple[Lin, Lin]]], bos
         for o, act in enumerate(acts):
             state.hinge(o, act - 1.0)
         new_ind = state.finish(prog, [BOOL] * len(wins), f"{name}.count_window{level}", source)
+        prog.by_lane |= {_signal(i) for i in new_ind}  # each lane reads 4 signals
         new_bits = []
         for slot, u in enumerate(us):
             hq = [Lin() for _ in range(geom.d_head)]
@@ -265,6 +272,7 @@ def width(prog: Program, geom: Geometry, parts: list[list[tuple[Lin, Lin]]], bos
         if leaf.lo:
             total.hinge(0, active(leaf) - 1.0, float(leaf.lo))
     (w,) = total.finish(prog, [Interval(0, n - 1, True)], f"{name}.count", source)
+    prog.by_lane.add(_signal(w))
     # one leaf is active: the sum of the leaves' terms is one of them (taken apart, the
     # certificate would add them all)
     prog.claims.append((w, Interval(0, n - 1, True)))

@@ -104,20 +104,19 @@ def make(**options: Any) -> tw.Compiled:
         # newline it is half the distance to it, rounded up at a value. Compared doubled.
         twice_m = tw.steps_since(newline) + is_digit
         done = (twice_m >= 2 * total_h).float()
+        half_m = torch.div(twice_m, 2, rounding_mode="floor")
         eos, space, zero = VOCAB["<eos>"], VOCAB[" "], VOCAB["0"]
         out = torch.zeros_like(newline) + eos
         # After a value: a space, unless that was the last value.
-        out = out + torch.relu((space - eos) - 60 * (1 - is_digit) - 60 * done)
+        out = out + torch.where(is_digit.bool() & ~done.bool(), float(space - eos), 0.0)
         # After the newline or a space: value m, from the item whose run covers m.
         for r in range(MAX_ITEMS):
-            begun = (twice_m >= 2 * start_h[r]).float()
-            ended = (twice_m >= 2 * (start_h[r] + len_h[r])).float()
-            value = lo_h[r] + twice_m / 2 - start_h[r]
-            # twice_m is even while item r prints, so the printed value is whole; elsewhere the
-            # relu is 0. The compiler sees only half-integers: the claim says it (and is
-            # checked in the reference run).
-            out = out + tw.claim(torch.relu(value + (zero - eos) - 60 * (is_digit + 1 - begun
-                                                                          + ended)),
+            begun = twice_m >= 2 * start_h[r]
+            ended = twice_m >= 2 * (start_h[r] + len_h[r])
+            # twice_m is even while item r prints (after the newline or a space)
+            value = lo_h[r] + half_m - start_h[r]
+            printing = ~is_digit.bool() & begun & ~ended
+            out = out + tw.claim(torch.where(printing, value + (zero - eos), 0.0),
                                  0, len(VOCAB) - 1, integral=True)
         return out
 

@@ -32,14 +32,15 @@ def fold_embedding(prog: Program) -> Program:
             return lin
         rest = Lin({s: c for s, c in lin.terms.items() if s not in embedded}, lin.const)
         key = tuple(sorted(embedded.items()))  # the constant stays outside the table
-        # half precision keeps the column near the values it reads: the power of two common
-        # to the coefficients (a gate's 128) stays in the reader, so that the column is an
-        # fp16/bf16 number and its square small in the RMSNorm identity's energy bound
-        g = 2.0 ** max(0, min(_twos(c) for c in embedded.values())) if half else 1.0
+        # half precision keeps the column's values whole numbers where it can: the power of
+        # two common to them (a gate's 128, or an up's 1/128) stays in the reader, so that
+        # the column is an fp16/bf16 number, its square small in the RMSNorm identity's
+        # energy bound, and no fraction is lost to fp16's subnormals after the norm
+        n = len(prog.vocab)
+        raw = [sum(c * prog.embed_tables[s][t] for s, c in embedded.items()) for t in range(n)]
+        g = _whole_scale(raw, embedded.values()) if half else 1.0
         if key not in cache:
-            n = len(prog.vocab)
-            table = tuple(sum(c / g * prog.embed_tables[s][t] for s, c in embedded.items())
-                          for t in range(n))
+            table = tuple(v / g for v in raw)
             first = prog.signals[next(iter(embedded))]
             rng = Interval(min(table), max(table), all(float(v).is_integer() for v in table))
             cache[key] = prog.embed(table, rng, f"embed({first.name}...)", first.source)
@@ -65,6 +66,15 @@ def rewrite_lins(prog: Program, fn: Callable[[Lin], Lin]) -> None:
     prog.claims = [(fn(lin), rng) for lin, rng in prog.claims]
     prog.nodes = {name: dataclasses.replace(rec, columns=tuple(fn(c) for c in rec.columns))
                   for name, rec in prog.nodes.items()}
+
+
+def _whole_scale(raw: list[float], coefficients: object) -> float:
+    """The power of two g with raw / g whole numbers, their largest odd one, where they stay
+    within bf16's whole numbers (256); else the power of two common to the coefficients."""
+    g = 2.0 ** min((_twos(v) for v in raw if v), default=0)
+    if max((abs(v) for v in raw), default=0.0) / g <= 256:
+        return g
+    return 2.0 ** max(0, min(_twos(float(c)) for c in coefficients))  # type: ignore[attr-defined]
 
 
 def _twos(c: float) -> int:

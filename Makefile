@@ -68,6 +68,7 @@ runtime-llama: $(LLAMA_STAMP)
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py
 	PYTHONPATH=. $(LLAMA_PY) scripts/runtimes/check_llamacpp.py --precision half
 	PYTHONPATH=. $(LLAMA_PY) scripts/half/llama_selection.py
+	PYTHONPATH=. $(LLAMA_PY) scripts/half/llama_rasp.py
 
 # -- other runtimes (not part of `make test`) ------------------------------------------------
 # Every example compiled with d_head=32 (vLLM's CPU attention needs head_dim >= 32) by .venv

@@ -351,6 +351,12 @@ HALF_COUNT_SLOTS = 3
 HALF_COUNT_NORM_EXPONENT = 18
 # The decoder's u columns hold u / HALF_COUNT_SCALE (<= 128: the residual's energy stays small).
 HALF_COUNT_SCALE = 64.0
+# |u| before its roundings: at least the gap with the slack, at most fp16's 65504 over
+# sqrt(HALF_D_HEAD) (the eager score before its scale) with twice the slack; an unused slot's
+# u is -HALF_COUNT_OFF, a power of two beyond twice the least (its head reads exactly 0).
+HALF_COUNT_LEAD = HALF_ATTENTION_GAP * (1.0 + HALF_COUNT_SLACK)
+HALF_COUNT_CAP = 65504.0 / math.sqrt(HALF_D_HEAD) / (1.0 + 2.0 * HALF_COUNT_SLACK)
+HALF_COUNT_OFF = 2.0 ** math.ceil(math.log2(2.0 * HALF_COUNT_LEAD))
 # argmax in half precision (families/positional.py): one latch head per score value above the
 # least (the best score so far is their sum), so a score takes at most this many more values.
 HALF_ARGMAX_VALUES = 16

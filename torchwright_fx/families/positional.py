@@ -149,8 +149,10 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
                         "scores equal in exact arithmetic may differ there and the tie go the "
                         "other way", "compute the score from whole numbers (integer weights, "
                         "counts) or round it first (torch.round)")
-    if ctx.prog.precision.half:
-        return _argmax_half(ctx, score, v, where, sign)
+    if ctx.prog.precision.half:  # from latches and the latest-match head
+        from torchwright_fx.families import argmax_half
+
+        return argmax_half.argmax(ctx, score, v, where, sign)
     n = ctx.geom.max_seq_len
     margin = numerics.AMPLITUDE_HEADROOM * numerics.ATTENTION_MARGIN
     # gain * noise stays within a sixteenth of the headroom: a noisier whole-number score is
@@ -248,54 +250,6 @@ def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None
     sel = digits.digit_equality(ctx, k, q, key_bos, score_bos) or selection.Leaf(
         (selection.stream_side(ctx, keys, keys_rng, key_bos, "scores", "keys"),),
         (selection.stream_side(ctx, exact[0], exact[1], score_bos, "best score", "queries"),),
-        lambda kv, qv: kv[0] == qv[0], "score == best", "==")
-    return _latest_match(ctx, sel, v, "argmax")
-
-
-def _argmax_half(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None,
-                 sign: float) -> Stream:
-    """argmax in half precision, from heads whose logits are whole multiples of a gain: the
-    best score so far is ``lo + sum_s any_s``, any_s = [some valid j <= i scores >= s] (a latch
-    of that indicator, <bos> included as the reference includes it); then ``v`` at the latest
-    valid j >= 1 whose score is the best (``select_latest``'s head), the <bos> row when none:
-    ties go to the most recent, as the reference's."""
-    from torchwright_fx.ops import position_half
-
-    rng = score.ranges[0]
-    lo, hi = int(rng.lo), int(rng.hi)
-    if hi - lo > numerics.HALF_ARGMAX_VALUES:
-        raise ctx.error(f"precision='half' finds the best score with one head per value it "
-                        f"can take beyond the least, at most {numerics.HALF_ARGMAX_VALUES}, "
-                        f"and this score takes {hi - lo + 1} (in [{lo}, {hi}])",
-                        "narrow its range (torch.clamp, or tw.claim the range that occurs), "
-                        "or compile with precision='fp32'")
-    s_col = score.cols[0] * sign
-    s_lo, s_hi = (lo, hi) if sign > 0 else (-hi, -lo)
-    s_bos = bos_value(ctx, 0, "score") * sign
-    span = s_hi - s_lo + 1
-    ok = Lin.constant(1.0) if where is None else \
-        exact_gate(ctx, where, "`where`").cols[0]
-    ok_bos = 1.0 if where is None else _where_at_bos(ctx, 2)
-    key = s_col + (ok - 1.0) * float(span)  # an invalid key: below every score
-    key_rng = Interval(s_lo - span, s_hi, True)
-    key_bos = s_bos + (ok_bos - 1.0) * span
-    bos = _bos(ctx)
-    steps = rules.pwl_stream(ctx, [key] * (span - 1), [key_rng] * (span - 1),
-                             [ffn.at_least(t) for t in range(s_lo + 1, s_hi + 1)],
-                             [Interval(0, 1, True)] * (span - 1), is_bool=True)
-    best = Lin.constant(float(s_lo))
-    for t, c in zip(range(s_lo + 1, s_hi + 1), steps.cols, strict=True):
-        at_bos = float(key_bos >= t)  # <bos> always counts as a latch point
-        (held,) = position_half.latch(ctx.prog, ctx.geom, [c], [Interval(0, 1, True)],
-                                      c + bos * (1.0 - at_bos), bos, f"{ctx.name}.best{t}",
-                                      ctx.source)
-        best = best + held
-    ctx.prog.claims.append((best, Interval(s_lo, s_hi, True)))  # one value: the best score
-    best_bos = max(s_lo, key_bos)
-    sel = selection.Leaf(
-        (selection.stream_side(ctx, key, key_rng, key_bos, "scores", "keys"),),
-        (selection.stream_side(ctx, best, Interval(s_lo, s_hi, True), best_bos, "best score",
-                               "queries"),),
         lambda kv, qv: kv[0] == qv[0], "score == best", "==")
     return _latest_match(ctx, sel, v, "argmax")
 

@@ -37,13 +37,13 @@ import numpy as np
 import torch
 
 from torchwright_fx.base.errors import GeometryError
-from torchwright_fx.base.machines import FP16
 from torchwright_fx.base.numerics import (
-    HALF_ATTENTION_GAP,
+    HALF_COUNT_CAP,
     HALF_COUNT_GAIN,
+    HALF_COUNT_LEAD,
     HALF_COUNT_NORM_EXPONENT,
+    HALF_COUNT_OFF,
     HALF_COUNT_SCALE,
-    HALF_COUNT_SLACK,
     HALF_COUNT_SLOTS,
     HALF_COUNT_VALUE,
     HALF_D_HEAD,
@@ -56,9 +56,7 @@ from torchwright_fx.ir.ranges import BOOL, Interval
 from torchwright_fx.ops.attention import Geometry, heads
 from torchwright_fx.ops.lanes import Bank
 
-LEAD = HALF_ATTENTION_GAP * (1.0 + HALF_COUNT_SLACK)  # |u| at least, before its roundings
-CAP = FP16.max_finite / math.sqrt(HALF_D_HEAD) / (1.0 + 2.0 * HALF_COUNT_SLACK)  # |u| at most
-OFF = 2.0 ** math.ceil(math.log2(2.0 * LEAD))  # an unused slot's u (its head reads 0)
+LEAD, CAP, OFF = HALF_COUNT_LEAD, HALF_COUNT_CAP, HALF_COUNT_OFF  # |u| bounds, unused slots
 FORMATS = (torch.float32, torch.float16, torch.bfloat16)
 ADVICE = "lower max_seq_len, or compile with precision='fp32'"
 

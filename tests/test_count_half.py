@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 import torchwright_fx as tw
-from tests.select_half_programs import COUNT_LENGTH, COUNT_PROGRAMS, V, streams
+from tests.select_half_programs import COUNT_LENGTH, COUNT_PROGRAMS, V
+from tests.test_select_half import right_in_every_dtype
 from torchwright_fx.base.numerics import HALF_COUNT_NORM_EXPONENT
 from torchwright_fx.ops import count_half
 
@@ -63,22 +62,7 @@ QUICK = {"count_same_token", "smaller_of_same_kind"}
 @pytest.mark.parametrize("fn", [pytest.param(f, id=f.__name__, marks=() if f.__name__ in QUICK
                                              else pytest.mark.slow) for f in COUNT_PROGRAMS])
 def test_half_count_is_right_in_every_dtype(fn, tmp_path):
-    compiled = tw.compile(fn, vocab=V, precision="half", max_seq_len=COUNT_LENGTH).compile()
-    assert compiled.stats()["certified"] == ["fp32", "fp16", "bf16"]
-    compiled.save_pretrained(tmp_path)
-    cases = streams(fn.__name__, COUNT_LENGTH)
-    wants = [compiled.traced.run(s).round().long().tolist() for s in cases]
-    with tw.using_vocab(V):  # the traced reference is the eager function
-        for s, want in zip(cases, wants, strict=True):
-            assert want[1:] == fn(V.one_hot(s)).round().long().reshape(-1).tolist()[1:]
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for impl in ("eager", "sdpa"):
-            model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype,
-                                                         attn_implementation=impl)
-            for s, want in zip(cases, wants, strict=True):
-                with torch.no_grad():
-                    got = model(torch.tensor([s])).logits[0].argmax(-1).tolist()
-                assert got[1:] == want[1:], (dtype, impl)
+    right_in_every_dtype(fn, COUNT_LENGTH, tmp_path)
 
 
 def test_a_count_at_half_default_length_is_refused_with_a_length_that_compiles():

@@ -20,17 +20,24 @@ QUICK = {"digit_after_last_same_token", "halfway_back", "two_conditions"}
 @pytest.mark.parametrize("fn", [pytest.param(f, id=f.__name__, marks=() if f.__name__ in QUICK
                                              else pytest.mark.slow) for f in PROGRAMS])
 def test_half_selection_is_right_in_every_dtype(fn, tmp_path):
-    compiled = tw.compile(fn, vocab=V, precision="half").compile()
+    right_in_every_dtype(fn, 128, tmp_path)
+
+
+def right_in_every_dtype(fn, n: int, directory) -> None:
+    """``fn`` compiled in half at max_seq_len n, saved, and loaded in fp32/fp16/bf16 x
+    eager/sdpa: the top token at every position of ``streams`` equals the reference's (which
+    equals the eager function's)."""
+    compiled = tw.compile(fn, vocab=V, precision="half", max_seq_len=n).compile()
     assert compiled.stats()["certified"] == ["fp32", "fp16", "bf16"]
-    compiled.save_pretrained(tmp_path)
-    cases = streams(fn.__name__)
+    compiled.save_pretrained(directory)
+    cases = streams(fn.__name__, n)
     wants = [compiled.traced.run(s).round().long().tolist() for s in cases]
     with tw.using_vocab(V):  # the traced reference is the eager function
         for s, want in zip(cases, wants, strict=True):
             assert want[1:] == fn(V.one_hot(s)).round().long().reshape(-1).tolist()[1:]
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for impl in ("eager", "sdpa"):
-            model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype,
+            model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype,
                                                          attn_implementation=impl)
             for s, want in zip(cases, wants, strict=True):
                 with torch.no_grad():
@@ -51,6 +58,15 @@ def test_three_joined_conditions_are_refused_with_the_way_out():
     text = str(e.value)
     assert "test_select_half.py" in text and "predicate function" in text, text
 
+    def joined(x: torch.Tensor) -> torch.Tensor:  # the advice: one select, one predicate
+        d = tw.lookup(x, D, default=0)
+        kind = tw.lookup(x, {"a": 1, "b": 3, "c": 2}, default=0)  # [in ab] + 2 [in bc]
+        key = d * 4 + kind
+        sel = tw.select(key, key, "==")
+        return tw.token("0") + tw.select_latest(sel, d)
+
+    tw.compile(joined, vocab=V, precision="half").compile()
+
 
 @pytest.mark.parametrize("fn", ARGMAX_PROGRAMS, ids=lambda f: f.__name__)
 def test_half_argmax_is_right_in_every_dtype(fn, tmp_path):
@@ -67,3 +83,9 @@ def test_argmax_of_a_wide_score_is_refused_with_the_way_out():
     text = str(e.value)
     assert "test_select_half.py" in text and "takes 128" in text, text
     assert "torch.clamp" in text and "precision='fp32'" in text, text
+
+    def clamped_peak(x: torch.Tensor) -> torch.Tensor:  # the advice: a narrower score
+        d = tw.lookup(x, D, default=0)
+        return tw.token("0") + tw.argmax(torch.clamp(tw.position(x), 0, 16), d)
+
+    tw.compile(clamped_peak, vocab=V, precision="half").compile()

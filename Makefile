@@ -157,3 +157,26 @@ $(INTERP_DIR)/.saved: $(STAMP) scripts/attribution_check.py $(wildcard torchwrig
 
 interp-loaders: $(INTERP_DIR)/.saved $(TL_VENV)/.installed
 	$(TL_VENV)/bin/python scripts/runtimes/check_tl_hooks.py $(INTERP_DIR)
+
+# -- rv32i (issue 33; not part of `make test`) -------------------------------------------------
+# C programs for the RV32I interpreter (examples/rv32i), built with Debian's
+# gcc-riscv64-unknown-elf: freestanding, a tiny crt0, write/exit as Linux's system calls,
+# linked at 0x10000. The ELF images are committed, so `make test` needs no cross compiler.
+# `make rv32i-qemu` runs each under qemu-riscv32 (Debian's qemu-user) against the reference.
+RV_DIR := examples/rv32i
+RV_CC := riscv64-unknown-elf-gcc
+RV_CFLAGS := -march=rv32i -mabi=ilp32 -O2 -ffreestanding -fno-builtin \
+	-fno-tree-loop-distribute-patterns -nostdlib -static -Wall -Wextra -Werror
+RV_PROGS := hello sum fib sort bytes alu primes collatz gcd
+RV_ELFS := $(RV_PROGS:%=$(RV_DIR)/elf/%.elf)
+RV_DEPS := $(RV_DIR)/c/crt0.S $(RV_DIR)/c/rt.c $(RV_DIR)/c/sys.h $(RV_DIR)/c/link.ld
+.PHONY: rv32i-elfs rv32i-qemu
+
+rv32i-elfs: $(RV_ELFS)
+
+$(RV_DIR)/elf/%.elf: $(RV_DIR)/c/%.c $(RV_DEPS)
+	$(RV_CC) $(RV_CFLAGS) -T $(RV_DIR)/c/link.ld -Wl,--build-id=none -o $@ \
+		$(RV_DIR)/c/crt0.S $< $(RV_DIR)/c/rt.c -lgcc
+
+rv32i-qemu: $(STAMP)
+	$(PY) -m examples.rv32i qemu $(RV_ELFS)

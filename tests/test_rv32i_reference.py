@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.rv32i import asm, crosscheck, elf, reference
+from examples.rv32i import asm, crosscheck, elf, reference, trace
 from examples.rv32i.reference import Fault, Machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,3 +337,26 @@ def test_command_line():
     assert (p.stdout, p.returncode) == (b"", 124)
     p = _cli("ref", str(ROOT / "README.md"))
     assert p.returncode == 2 and b"not an ELF" in p.stderr
+
+
+# -- the token format of the compiled interpreter ---------------------------------------------
+@pytest.mark.parametrize("name", ["hello", "bytes", "gcd"])
+def test_trace_records_carry_the_output(runs, name):
+    prompt, recs = trace.run(elf.load(ELF_DIR / f"{name}.elf"))
+    assert len(prompt) % trace.RECORD == 0
+    assert trace.parse(prompt)[0].target == trace.MEM  # the first word of the image
+    assert trace.output(recs) == (bytes(runs[name].output), runs[name].exit_code)
+    assert trace.parse(trace.text(recs)) == recs
+    n_out = len(runs[name].output)
+    assert len(recs) == runs[name].steps + n_out  # one record an instruction, one a byte
+
+
+def test_a_store_prints_its_whole_word():
+    words = [*asm.li(1, DATA), *asm.li(2, 0x11223344), asm.sw(2, 1, 0), asm.addi(3, 0, 0x55),
+             asm.sb(3, 1, 2), *asm.exit_with(0)]
+    m = Machine(asm.image(words))
+    steps: list = []
+    m.run(100, steps)
+    recs = trace.records(steps)
+    assert recs[-4] == trace.Record(trace.MEM + (DATA - BASE) // 4, 0x11553344, 7)  # sb
+    assert recs[-1] == trace.Record(trace.EXIT, 0, 10)

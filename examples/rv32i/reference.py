@@ -49,6 +49,7 @@ class Step:
     rd: int = 0  # the register written (0: none; writes to x0 are dropped)
     value: int = 0  # its new value (unsigned 32-bit)
     store: tuple[int, int, int] | None = None  # (address, width in bytes, value)
+    mem_word: int = 0  # after a store: the whole aligned word that holds it
     out: bytes = b""  # what an ECALL write printed
     exit: int | None = None  # the exit status of an ECALL exit
 
@@ -182,7 +183,7 @@ class Machine:
         nxt = (pc + 4) & MASK
         value: int | None = None
         store = None
-        out, exit_code = b"", None
+        out, exit_code, mem_word = b"", None, 0
         if op == 0x13:  # OP-IMM
             imm = imm_i(w) & MASK
             f7 = w >> 25
@@ -248,6 +249,7 @@ class Machine:
             v = b & ((1 << (8 * width)) - 1)
             self.mem[j:j + width] = v.to_bytes(width, "little")
             store = (addr, width, v)
+            mem_word = int.from_bytes(self.mem[j & ~3:(j & ~3) + 4], "little")
         elif op == 0x63:  # BRANCH
             if f3 == 0:
                 taken = a == b
@@ -291,7 +293,7 @@ class Machine:
         self.steps += 1
         if exit_code is not None:
             self.exit_code = exit_code
-        return Step(pc, w, nxt, rd, value, store, out, exit_code)
+        return Step(pc, w, nxt, rd, value, store, mem_word, out, exit_code)
 
     def _ecall(self, pc: int, w: int) -> tuple[int | None, bytes, int | None]:
         r = self.regs

@@ -1,0 +1,204 @@
+"""The first compiled piece of the rv32i interpreter: a subset of RV32I as a torchwright_fx
+program, printing the records of README.md ("The trace") from a prompt that holds the memory
+image.
+
+Subset: LUI, AUIPC, JAL, JALR, the six branches, the ALU immediates and registers but the
+shifts (ADDI SLTI SLTIU XORI ORI ANDI, ADD SUB SLT SLTU XOR OR AND), and ECALL exit. No loads,
+stores or shifts yet, no ``write``. Memory: the first 1 KiB (256 words at 0x10000), so the
+vocabulary holds the A_hi tokens 0x00 and 0x40 only and a cell is ``256 h + A_lo`` with
+``h`` 0 (registers and ports) or 1 (memory): 512 values, one selection key.
+
+Everything for record n is computed at the last token of record n-1 (the trigger) and printed
+by ``tw.emit``; values move as bits (a byte token's bits are embedding columns), and every
+field, immediate, byte and half is a linear map of bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import torchwright_fx as tw
+from examples.rv32i import trace
+from examples.rv32i.trace import ADDR, BYTE, EXIT, RECORD
+
+HI = (0x00, 0x40)  # the A_hi tokens of the subset
+VOCAB = tw.Vocab(trace.alphabet(HI))
+SENTINEL = 255  # the key of positions that end no record: a cell nothing reads
+MAX_P = 255  # the subset's code lies in the first 256 words
+
+
+def _num(bits: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """The unsigned number of bits lo..hi-1 (column j has weight 2**(j - lo))."""
+    w = torch.tensor([2.0 ** (j - lo) for j in range(lo, hi)])
+    return (bits[:, lo:hi] * w).sum(-1, keepdim=True)
+
+
+def _bytes(bits: torch.Tensor) -> list[torch.Tensor]:
+    return [_num(bits, 8 * k, 8 * k + 8) for k in range(4)]
+
+
+def _pick(bits: torch.Tensor, spec: list[int | None]) -> torch.Tensor:
+    """A 32-bit value whose bit j is ``bits[:, spec[j]]`` (None: 0)."""
+    zero = torch.zeros_like(bits[:, 0:1])
+    return torch.cat([zero if s is None else bits[:, s:s + 1] for s in spec], -1)
+
+
+def _imm_i(ins: torch.Tensor) -> torch.Tensor:
+    return _pick(ins, [20 + j for j in range(11)] + [31] * 21)
+
+
+def _imm_u(ins: torch.Tensor) -> torch.Tensor:
+    return _pick(ins, [None] * 12 + list(range(12, 32)))
+
+
+def _signed(bits: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Bits lo..hi-1 as a two's-complement number (bit hi-1 the sign)."""
+    return _num(bits, lo, hi - 1) - (2.0 ** (hi - 1 - lo)) * bits[:, hi - 1:hi]
+
+
+def _when(flag: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
+    return torch.where(flag.bool(), a, b)
+
+
+def _add(a: list[torch.Tensor], b: list[torch.Tensor], cin: torch.Tensor
+         ) -> list[torch.Tensor]:
+    """The bytes of (a + b + cin) mod 2**32 for byte lists a, b, by carry look-ahead: each
+    byte sum t_k generates a carry (t_k >= 256) or propagates one (t_k == 255); the carries
+    are 0/1 logic of those (every compared value stays below 512)."""
+    t = [a[k] + b[k] for k in range(4)]
+    g = [(t[k] >= 256).bool() for k in range(4)]
+    p = [(t[k] == 255).bool() for k in range(4)]
+    c1 = (t[0] + cin >= 256).bool()
+    c2 = g[1] | (p[1] & c1)
+    c3 = g[2] | (p[2] & g[1]) | (p[2] & p[1] & c1)
+    c4 = g[3] | (p[3] & g[2]) | (p[3] & p[2] & g[1]) | (p[3] & p[2] & p[1] & c1)
+    c = [cin] + [v.float() for v in (c1, c2, c3, c4)]
+    return [t[k] + c[k] - 256 * c[k + 1] for k in range(4)]
+
+
+def _less(a: torch.Tensor, b: torch.Tensor, signed: torch.Tensor
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """[a < b] and [a == b] for 32-bit values given as bits, [a < b] signed where ``signed``
+    is 1 (the sign bit flipped): per 16-bit half, the difference d is below 2**16 in size;
+    a < b iff the high half is less, or equal and the low half is less."""
+    flip_a = torch.where(signed.bool(), 128 - 256 * a[:, 31:32], 0.0)
+    flip_b = torch.where(signed.bool(), 128 - 256 * b[:, 31:32], 0.0)
+    d_lo = _num(a, 0, 16) - _num(b, 0, 16)
+    d_hi = _num(a, 16, 32) - _num(b, 16, 32) + 256 * (flip_a - flip_b)
+    lo_less, hi_less = (d_lo < 0).bool(), (d_hi < 0).bool()
+    lo_eq, hi_eq = (d_lo == 0).bool(), (_num(a, 16, 32) == _num(b, 16, 32)).bool()
+    return (hi_less | (hi_eq & lo_less)).float(), (hi_eq & lo_eq).float()
+
+
+def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
+    byte0 = VOCAB[BYTE[0]]
+    addr0 = VOCAB[ADDR[0]]
+
+    def rv32i_subset(x: torch.Tensor) -> torch.Tensor:
+        # -- the tokens (free: embedding columns) ------------------------------------------
+        start = tw.is_token(x, [ADDR[h] for h in HI])  # slot 0 of a record
+        hi = tw.lookup(x, {ADDR[0x40]: 1})  # A_hi: 0 (registers, ports) or 1 (memory)
+        byte = tw.lookup(x, {BYTE[b]: b for b in range(256)})
+        bits = torch.cat([tw.lookup(x, {BYTE[b]: b >> i & 1 for b in range(256)})
+                          for i in range(8)], -1)
+
+        # -- the record that ends here (slot 7): its cell, value and P --------------------
+        at7 = tw.shift(torch.cat([start, hi], -1), 7)
+        trigger = at7[:, 0:1]
+        cell = 256 * at7[:, 1:2] + tw.shift(byte, 6)
+        value = torch.cat([tw.shift(bits, k) for k in (5, 4, 3, 2)], -1)  # V0..V3, 32 bits
+        p = byte  # P_lo: the subset's code is in the first 256 words, so P_hi is 0
+        key = _when(trigger, cell, float(SENTINEL))
+        exited = trigger * (cell == EXIT).float()
+
+        def read(query: torch.Tensor) -> torch.Tensor:
+            return tw.select_latest(tw.select(key, query, "=="), value, default=0.0)
+
+        # -- fetch and decode ---------------------------------------------------------------
+        ins = read(256 + p)
+        op, f3 = _num(ins, 0, 7), _num(ins, 12, 15)
+        rd, rs1, rs2 = _num(ins, 7, 12), _num(ins, 15, 20), _num(ins, 20, 25)
+        is_opimm, is_op = (op == 0x13).float(), (op == 0x33).float()
+        is_lui, is_auipc = (op == 0x37).float(), (op == 0x17).float()
+        is_jal, is_jalr = (op == 0x6F).float(), (op == 0x67).float()
+        is_branch, is_ecall = (op == 0x63).float(), (op == 0x73).float()
+        f3_is = [(f3 == k).float() for k in range(8)]
+
+        # -- registers: rs1 and rs2 (an ECALL reads a7 and a0) ------------------------------
+        r1 = read(_when(is_ecall, 17.0, rs1))
+        r2 = read(_when(is_ecall, 10.0, rs2))
+
+        # -- the ALU ------------------------------------------------------------------------
+        use_r2 = is_op + is_branch
+        upper = is_lui + is_auipc
+        imm = _when(upper, _imm_u(ins), _imm_i(ins))
+        b = _when(use_r2, r2, imm)
+        is_sub = is_op * f3_is[0] * ins[:, 30:31]
+        b_add = _when(is_sub, 1 - b, b)
+        # pc and pc + 4 as bytes: pc = 0x10000 + 4 P
+        p_next = p + 1
+        pc_hi = torch.floor(p / 64)
+        pc_bytes = [4 * (p - 64 * pc_hi), pc_hi, torch.ones_like(p), torch.zeros_like(p)]
+        link_hi = torch.floor(p_next / 64)
+        link = [4 * (p_next - 64 * link_hi), link_hi, torch.ones_like(p), torch.zeros_like(p)]
+        a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, r_k))
+                   for pc_k, r_k in zip(pc_bytes, _bytes(r1), strict=True)]
+        total = _add(a_bytes, _bytes(b_add), is_sub)
+
+        both = r1 * b  # AND of each bit pair
+        and_bytes = _bytes(both)
+        or_bytes = _bytes(r1 + b - both)
+        xor_bytes = _bytes(r1 + b - 2 * both)
+        unsigned = (f3 == 3).bool() | (f3 >= 6).bool()
+        slt, eq = _less(r1, b, (~unsigned).float())  # SLT BLT BGE signed; SLTU BLTU BGEU not
+        alu = is_opimm + is_op
+        zero = torch.zeros_like(p)
+        result = []
+        for k in range(4):
+            lt_byte = slt if k == 0 else zero
+            v = (_when(alu * (f3_is[0] + 0), total[k], zero)
+                 + _when(alu * (f3_is[2] + f3_is[3]), lt_byte, zero)
+                 + _when(alu * f3_is[4], xor_bytes[k], zero)
+                 + _when(alu * f3_is[6], or_bytes[k], zero)
+                 + _when(alu * f3_is[7], and_bytes[k], zero)
+                 + _when(upper, total[k], zero)
+                 + _when(is_jal + is_jalr, link[k], zero))
+            result.append(v)
+
+        # -- where execution goes: branches, jumps ------------------------------------------
+        # BEQ BNE: f3 0 1; BLT BGE: 4 5 (signed); BLTU BGEU: 6 7. slt above compares signed
+        # unless f3 is 3, 6 or 7, which is what the branches need as well.
+        f3b = [v.bool() for v in f3_is]
+        cond = ((f3b[0] & eq.bool()) | (f3b[1] & ~eq.bool()) | ((f3b[4] | f3b[6]) & slt.bool())
+                | ((f3b[5] | f3b[7]) & ~slt.bool()))
+        taken = (is_branch.bool() & cond).float()
+        imm_b = torch.cat([ins[:, 8:12], ins[:, 25:31], ins[:, 7:8], ins[:, 31:32]], -1)
+        jump_b = _signed(imm_b, 1, 12)  # offset / 4 (bit 1 is 0 in aligned code)
+        imm_j = torch.cat([ins[:, 21:31], ins[:, 20:21], ins[:, 12:20], ins[:, 31:32]], -1)
+        jump_j = _signed(imm_j, 1, 20)
+        target_r = torch.floor(total[0] / 4) + 64 * total[1]  # JALR: (r1 + imm) - 0x10000
+        nxt = (p_next + _when(taken, jump_b - 1, zero) + _when(is_jal, jump_j - 1, zero)
+               + _when(is_jalr, target_r - p_next, zero))
+        nxt = torch.clamp(nxt, 0, MAX_P)  # (any value off the trigger positions)
+
+        # -- the record ---------------------------------------------------------------------
+        is_exit = is_ecall * (_num(r1, 0, 8) == 93).float()
+        writes = (alu + upper + is_jal + is_jalr) * (rd > 0).float()
+        target = _when(is_exit, float(EXIT), writes * rd)
+        vbytes = [tw.claim(_when(is_exit, _bytes(r2)[0] if k == 0 else zero,
+                                 _when(writes, result[k], zero)), 0, 255, integral=True)
+                  for k in range(4)]
+        nxt_hi = torch.floor(nxt / 256)
+        codes = [addr0 + torch.floor(target / 256), byte0 + target - 256 * torch.floor(
+            target / 256), *[byte0 + v for v in vbytes], byte0 + nxt_hi,
+                 byte0 + nxt - 256 * nxt_hi]
+        fire = (trigger.bool() & ~exited.bool()).float()
+        held = tw.latch(torch.cat(codes, -1), fire)
+        return tw.emit(fire, [held[:, k:k + 1] for k in range(RECORD)])
+
+    return tw.compile(rv32i_subset, vocab=VOCAB, max_seq_len=max_seq_len, **options)
+
+
+program = make()

@@ -1,12 +1,18 @@
 """The rv32i command line.
 
     python -m examples.rv32i ref PROG.elf [--max-instructions N] [--check] [--trace FILE]
+    python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf] [--verify]
     python -m examples.rv32i qemu PROG.elf ...
 
 ``ref`` runs the program on the reference interpreter: stdout gets exactly what the program
 writes, stderr the figures (instructions, exit status, time), and the command exits with the
 program's exit status. ``--check`` runs unicorn beside it, instruction by instruction, and stops
 at the first divergence. ``--trace FILE`` writes one line per executed instruction.
+
+``run`` runs it on the compiled interpreter (``run.py``: today ``model.py``'s subset, which
+refuses programs outside it): stdout gets the bytes of the model's OUT records, and the command
+exits with its EXIT record's status; ``--verify`` has the model confirm the reference's trace
+teacher-forced instead of decoding.
 
 ``qemu`` runs each program under ``qemu-riscv32`` (Debian's qemu-user) and on the reference,
 and says whether the output and the exit status agree (``make rv32i-qemu``).
@@ -75,6 +81,11 @@ def _ref(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def _run(args: argparse.Namespace) -> int:
+    from examples.rv32i import run
+    return run.main(args.program, args.backend, args.max_instructions, args.verify)
+
+
 def _qemu(args: argparse.Namespace) -> int:
     from examples.rv32i import crosscheck
     if not crosscheck.qemu_available():
@@ -103,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     ref.add_argument("--trace", metavar="FILE", help="write every executed instruction")
     ref.add_argument("--extensions", choices=("i", "im"), default="i")
     ref.set_defaults(func=_ref)
+    run = sub.add_parser("run", help="run an ELF on the compiled interpreter (model.py)")
+    run.add_argument("program")
+    run.add_argument("--max-instructions", type=int, default=None)
+    run.add_argument("--backend", choices=("runtime", "hf", "llama"), default="runtime")
+    run.add_argument("--verify", action="store_true",
+                     help="the reference proposes the trace, the model confirms it "
+                          "teacher-forced")
+    run.set_defaults(func=_run)
     qemu = sub.add_parser("qemu", help="compare qemu-riscv32 with the reference")
     qemu.add_argument("programs", nargs="+")
     qemu.set_defaults(func=_qemu)

@@ -3,8 +3,9 @@ program, printing the records of README.md ("The trace") from a prompt that hold
 image.
 
 Subset: LUI, AUIPC, JAL, JALR, the six branches, the ALU immediates and registers but the
-shifts (ADDI SLTI SLTIU XORI ORI ANDI, ADD SUB SLT SLTU XOR OR AND), and ECALL exit. No loads,
-stores or shifts yet, no ``write``. Memory: the first 1 KiB (256 words at 0x10000), so the
+shifts (ADDI SLTI SLTIU XORI ORI ANDI, ADD SUB SLT SLTU XOR OR AND), the loads and stores of
+bytes, halves and words, and ECALL ``write`` (a byte a record) and ``exit``. No shifts yet.
+Memory: the first 1 KiB (256 words at 0x10000), so the
 vocabulary holds the A_hi tokens 0x00 and 0x40 only and a cell is ``256 h + A_lo`` with
 ``h`` 0 (registers and ports) or 1 (memory): 512 values, one selection key.
 
@@ -21,7 +22,7 @@ import torch
 
 import torchwright_fx as tw
 from examples.rv32i import trace
-from examples.rv32i.trace import ADDR, BYTE, EXIT, RECORD
+from examples.rv32i.trace import ADDR, BYTE, EXIT, OUT, RECORD
 
 HI = (0x00, 0x40)  # the A_hi tokens of the subset
 VOCAB = tw.Vocab(trace.alphabet(HI))
@@ -92,7 +93,52 @@ def _less(a: torch.Tensor, b: torch.Tensor, signed: torch.Tensor
     return (hi_less | (hi_eq & lo_less)).float(), (hi_eq & lo_eq).float()
 
 
-def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
+def _imm_s(ins: torch.Tensor) -> torch.Tensor:
+    return _pick(ins, list(range(7, 12)) + list(range(25, 31)) + [31] * 21)
+
+
+def _any(*terms: torch.Tensor) -> torch.Tensor:
+    """The one of several exclusive cases that holds (each a where(flag, v, 0)), as a sum."""
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+def _load(word: torch.Tensor, off: list[torch.Tensor], f3: list[torch.Tensor]
+          ) -> list[torch.Tensor]:
+    """The bytes LB/LH/LW/LBU/LHU give from the aligned ``word`` (bits) at offset ``off``
+    (one-hot of address & 3), sign- or zero-extended by funct3."""
+    wb = _bytes(word)
+    zero = torch.zeros_like(wb[0])
+    byte = tw.claim(_any(*[_when(off[k], wb[k], zero) for k in range(4)]), 0, 255,
+                    integral=True)
+    half = [_when(off[0], wb[0], _when(off[2], wb[2], zero)),
+            _when(off[0], wb[1], _when(off[2], wb[3], zero))]
+    sign_b = _any(*[_when(off[k], word[:, 8 * k + 7:8 * k + 8], zero) for k in range(4)])
+    sign_h = _when(off[0], word[:, 15:16], _when(off[2], word[:, 31:32], zero))
+    ext_b, ext_h = 255 * _when(f3[0], sign_b, zero), 255 * _when(f3[1], sign_h, zero)
+    small = f3[0] + f3[4]  # LB LBU
+    halfw = f3[1] + f3[5]  # LH LHU
+    return [_when(small, byte, _when(halfw, half[0], wb[0])),
+            _when(small, ext_b, _when(halfw, half[1], wb[1])),
+            _when(small, ext_b, _when(halfw, ext_h, wb[2])),
+            _when(small, ext_b, _when(halfw, ext_h, wb[3]))]
+
+
+def _store(word: torch.Tensor, off: list[torch.Tensor], f3: list[torch.Tensor],
+           src: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The aligned word after SB/SH/SW of ``src`` (bytes) at offset ``off``, as bytes."""
+    wb = _bytes(word)
+    new = []
+    for k in range(4):
+        in_half = off[0] if k < 2 else off[2]
+        new.append(_when(f3[0].bool() & off[k].bool(), src[0], _when(
+            f3[1].bool() & in_half.bool(), src[k % 2], _when(f3[2], src[k], wb[k]))))
+    return new
+
+
+def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
     byte0 = VOCAB[BYTE[0]]
     addr0 = VOCAB[ADDR[0]]
 
@@ -112,8 +158,11 @@ def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
         p = byte  # P_lo: the subset's code is in the first 256 words, so P_hi is 0
         key = _when(trigger, cell, float(SENTINEL))
         exited = trigger * (cell == EXIT).float()
+        after_out = (cell == OUT).float()  # the record that ends here printed a byte
 
-        def read(query: torch.Tensor) -> torch.Tensor:
+        def read(query: Any) -> torch.Tensor:
+            if isinstance(query, int | float):
+                query = torch.full_like(p, float(query))
             return tw.select_latest(tw.select(key, query, "=="), value, default=0.0)
 
         # -- fetch and decode ---------------------------------------------------------------
@@ -124,17 +173,23 @@ def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
         is_lui, is_auipc = (op == 0x37).float(), (op == 0x17).float()
         is_jal, is_jalr = (op == 0x6F).float(), (op == 0x67).float()
         is_branch, is_ecall = (op == 0x63).float(), (op == 0x73).float()
+        is_load, is_store = (op == 0x03).float(), (op == 0x23).float()
         f3_is = [(f3 == k).float() for k in range(8)]
 
-        # -- registers: rs1 and rs2 (an ECALL reads a7 and a0) ------------------------------
-        r1 = read(_when(is_ecall, 17.0, rs1))
-        r2 = read(_when(is_ecall, 10.0, rs2))
+        # -- registers: rs1, rs2, and what an ECALL reads (a0 a1 a2 a7) ---------------------
+        r1, r2 = read(rs1), read(rs2)
+        a0, a1, a2, a7 = read(10), read(11), read(12), read(17)
+        is_exit = is_ecall * (_num(a7, 0, 8) == 93).float()
+        is_write = is_ecall * (_num(a7, 0, 8) == 64).float()
+        # a write prints one byte a record; the count so far is in the last record's V1 V2
+        count = _when(after_out, value[:, 8:24], torch.zeros_like(value[:, 8:24]))
+        count_bits = torch.cat([count, torch.zeros_like(count)], -1)
 
-        # -- the ALU ------------------------------------------------------------------------
+        # -- the ALU, and the address of a load, a store or the next byte of a write --------
         use_r2 = is_op + is_branch
         upper = is_lui + is_auipc
-        imm = _when(upper, _imm_u(ins), _imm_i(ins))
-        b = _when(use_r2, r2, imm)
+        imm = _when(upper, _imm_u(ins), _when(is_store, _imm_s(ins), _imm_i(ins)))
+        b = _when(use_r2, r2, _when(is_write, count_bits, imm))
         is_sub = is_op * f3_is[0] * ins[:, 30:31]
         b_add = _when(is_sub, 1 - b, b)
         # pc and pc + 4 as bytes: pc = 0x10000 + 4 P
@@ -143,9 +198,18 @@ def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
         pc_bytes = [4 * (p - 64 * pc_hi), pc_hi, torch.ones_like(p), torch.zeros_like(p)]
         link_hi = torch.floor(p_next / 64)
         link = [4 * (p_next - 64 * link_hi), link_hi, torch.ones_like(p), torch.zeros_like(p)]
-        a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, r_k))
-                   for pc_k, r_k in zip(pc_bytes, _bytes(r1), strict=True)]
-        total = _add(a_bytes, _bytes(b_add), is_sub)
+        a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, _when(is_write, w_k, r_k)))
+                   for pc_k, r_k, w_k in zip(pc_bytes, _bytes(r1), _bytes(a1), strict=True)]
+        total = [tw.claim(t, 0, 255, integral=True)
+                 for t in _add(a_bytes, _bytes(b_add), is_sub)]
+        quarter = torch.floor(total[0] / 4)
+        word_index = quarter + 64 * total[1]  # (address - 0x10000) / 4, in the subset's 1 KiB
+        mem_cell = torch.clamp(256 + word_index, 256, 511)
+        offset = total[0] - 4 * quarter
+        off = [(offset == k).float() for k in range(4)]
+        mem = read(mem_cell)
+        loaded = _load(mem, off, f3_is)
+        stored = _store(mem, off, f3_is, _bytes(r2))
 
         both = r1 * b  # AND of each bit pair
         and_bytes = _bytes(both)
@@ -158,14 +222,23 @@ def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
         result = []
         for k in range(4):
             lt_byte = slt if k == 0 else zero
-            v = (_when(alu * (f3_is[0] + 0), total[k], zero)
-                 + _when(alu * (f3_is[2] + f3_is[3]), lt_byte, zero)
-                 + _when(alu * f3_is[4], xor_bytes[k], zero)
-                 + _when(alu * f3_is[6], or_bytes[k], zero)
-                 + _when(alu * f3_is[7], and_bytes[k], zero)
-                 + _when(upper, total[k], zero)
-                 + _when(is_jal + is_jalr, link[k], zero))
-            result.append(v)
+            result.append(_any(_when(alu * f3_is[0], total[k], zero),
+                               _when(alu * (f3_is[2] + f3_is[3]), lt_byte, zero),
+                               _when(alu * f3_is[4], xor_bytes[k], zero),
+                               _when(alu * f3_is[6], or_bytes[k], zero),
+                               _when(alu * f3_is[7], and_bytes[k], zero),
+                               _when(upper, total[k], zero),
+                               _when(is_jal + is_jalr, link[k], zero),
+                               _when(is_load, loaded[k], zero)))
+
+        # -- a write: a byte a record until the count reaches a2, then a0 = a2 ---------------
+        n_lo = _num(a2, 0, 16)
+        done = (_num(count, 0, 16) == n_lo).float()
+        write_byte = is_write * (1 - done)
+        write_done = is_write * done
+        c0 = _num(count, 0, 8)
+        wrap = (c0 == 255).float()
+        out_bytes = [loaded[0], c0 + 1 - 256 * wrap, _num(count, 8, 16) + wrap, zero]
 
         # -- where execution goes: branches, jumps ------------------------------------------
         # BEQ BNE: f3 0 1; BLT BGE: 4 5 (signed); BLTU BGEU: 6 7. slt above compares signed
@@ -178,22 +251,24 @@ def make(max_seq_len: int = 512, **options: Any) -> tw.Compiled:
         jump_b = _signed(imm_b, 1, 12)  # offset / 4 (bit 1 is 0 in aligned code)
         imm_j = torch.cat([ins[:, 21:31], ins[:, 20:21], ins[:, 12:20], ins[:, 31:32]], -1)
         jump_j = _signed(imm_j, 1, 20)
-        target_r = torch.floor(total[0] / 4) + 64 * total[1]  # JALR: (r1 + imm) - 0x10000
         nxt = (p_next + _when(taken, jump_b - 1, zero) + _when(is_jal, jump_j - 1, zero)
-               + _when(is_jalr, target_r - p_next, zero))
+               + _when(is_jalr, word_index - p_next, zero) - write_byte)
         nxt = torch.clamp(nxt, 0, MAX_P)  # (any value off the trigger positions)
 
         # -- the record ---------------------------------------------------------------------
-        is_exit = is_ecall * (_num(r1, 0, 8) == 93).float()
-        writes = (alu + upper + is_jal + is_jalr) * (rd > 0).float()
-        target = _when(is_exit, float(EXIT), writes * rd)
-        vbytes = [tw.claim(_when(is_exit, _bytes(r2)[0] if k == 0 else zero,
-                                 _when(writes, result[k], zero)), 0, 255, integral=True)
-                  for k in range(4)]
+        writes = (alu + upper + is_jal + is_jalr + is_load) * (rd > 0).float()
+        target = _when(is_exit, float(EXIT), _when(write_byte, float(OUT), _when(
+            write_done, 10.0, _when(is_store, mem_cell, writes * rd))))
+        vbytes = []
+        for k in range(4):
+            v = _when(is_exit, _bytes(a0)[0] if k == 0 else zero, _when(
+                write_byte, out_bytes[k], _when(write_done, _bytes(a2)[k], _when(
+                    is_store, stored[k], _when(writes, result[k], zero)))))
+            vbytes.append(tw.claim(v, 0, 255, integral=True))
+        target_hi = torch.floor(target / 256)
         nxt_hi = torch.floor(nxt / 256)
-        codes = [addr0 + torch.floor(target / 256), byte0 + target - 256 * torch.floor(
-            target / 256), *[byte0 + v for v in vbytes], byte0 + nxt_hi,
-                 byte0 + nxt - 256 * nxt_hi]
+        codes = [addr0 + target_hi, byte0 + target - 256 * target_hi,
+                 *[byte0 + v for v in vbytes], byte0 + nxt_hi, byte0 + nxt - 256 * nxt_hi]
         fire = (trigger.bool() & ~exited.bool()).float()
         held = tw.latch(torch.cat(codes, -1), fire)
         return tw.emit(fire, [held[:, k:k + 1] for k in range(RECORD)])

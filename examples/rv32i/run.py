@@ -1,0 +1,164 @@
+"""Running an ELF on the compiled interpreter (``python -m examples.rv32i run``).
+
+The prompt is the program's memory image (``trace.prompt``); the model's greedy output is parsed
+back into records, whose OUT bytes are what the program wrote and whose EXIT is its status.
+Backends: ``runtime`` (the in-process runtime of the compiled weights, built in this process)
+and ``hf`` (transformers on the saved Phi-3 directory, cached under ``build/rv32i``).
+``verify``: the reference proposes the records and the model confirms them in one
+teacher-forced pass (its argmax at every position of the trace must be the trace's next token).
+
+Today the model is ``model.py``'s subset: a program outside it (a shift, the M extension, a
+cell beyond the first 1 KiB, a run longer than ``max_seq_len``) is refused before it runs, with
+the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from examples.rv32i import elf, trace
+from examples.rv32i.reference import Fault, Machine, Step
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / "build" / "rv32i"
+
+
+class Refused(ValueError):
+    """The program is outside what the compiled interpreter offers."""
+
+
+@dataclass
+class Prepared:
+    prompt: str
+    records: list[trace.Record]  # what the reference prints (for --verify, and the checks)
+    exited: bool
+
+
+def prepare(path: str, max_instructions: int | None, max_seq_len: int) -> Prepared:
+    image = elf.load(path)
+    m = Machine(image)
+    steps: list[Step] = []
+    try:
+        exited = m.run(max_instructions, steps)
+    except Fault as f:
+        raise Refused(f"the reference refuses the program: {f}") from None
+    for s in steps:
+        op, f3 = s.word & 0x7F, s.word >> 12 & 7
+        if op in (0x13, 0x33) and f3 in (1, 5):
+            raise Refused(f"pc {s.pc:#x}: shifts are not in the compiled subset yet")
+        if op == 0x33 and s.word >> 25 == 1:
+            raise Refused(f"pc {s.pc:#x}: the M extension is not in the compiled subset")
+        if s.next_pc >= elf.BASE + 1024 or (s.store and s.store[0] >= elf.BASE + 1024):
+            raise Refused(f"pc {s.pc:#x}: the compiled subset holds the first 1 KiB only")
+    text = trace.prompt(image)
+    if any(w >= elf.BASE + 1024 for w in _nonzero_words(image)):
+        raise Refused("the image has nonzero words beyond the first 1 KiB")
+    recs = trace.records(steps)
+    length = 1 + len(text) + trace.RECORD * len(recs)
+    if length > max_seq_len:
+        raise Refused(f"the run takes {length} tokens, over the model's max_seq_len "
+                      f"{max_seq_len} (the continuation is not built yet)")
+    return Prepared(text, recs, exited)
+
+
+def _nonzero_words(image: elf.Image) -> list[int]:
+    mem = image.memory
+    return [image.base + i for i in range(0, len(mem), 4) if any(mem[i:i + 4])]
+
+
+def _model():
+    from examples.rv32i import model
+    return model
+
+
+def generate(prompt: str, backend: str, max_new_tokens: int) -> str:
+    """The model's greedy continuation of the prompt, as text (``<eos>`` not included)."""
+    model = _model()
+    program = model.program
+    ids = model.VOCAB.encode(prompt)
+    if backend == "runtime":
+        out = program.compile().generate_ids(ids, max_new_tokens)
+        return model.VOCAB.decode(out)
+    if backend == "hf":
+        import torch
+        from transformers import AutoModelForCausalLM
+        hf = AutoModelForCausalLM.from_pretrained(str(_saved(program)), dtype=torch.float32)
+        with torch.no_grad():
+            got = hf.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens,
+                              do_sample=False, eos_token_id=model.VOCAB.eos_id,
+                              pad_token_id=model.VOCAB.eos_id)
+        new = got[0, len(ids):].tolist()
+        if model.VOCAB.eos_id in new:
+            new = new[:new.index(model.VOCAB.eos_id)]
+        return model.VOCAB.decode(new)
+    raise Refused(f"backend {backend!r} is not built yet (runtime, hf)")
+
+
+def _saved(program) -> Path:
+    """The Phi-3 directory of the current model.py, saved once (keyed by its source)."""
+    digest = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes()).hexdigest()[:12]
+    out = CACHE / f"hf-{digest}"
+    if not (out / "config.json").exists():
+        print(f"rv32i: building the checkpoint into {out}", file=sys.stderr)
+        program.compile().save_pretrained(out)
+    return out
+
+
+def verify(prepared: Prepared) -> int | None:
+    """The first trace position (0-based, in records) whose argmax is not the reference's next
+    token, or None when the model confirms the whole trace (teacher-forced, one pass)."""
+    model = _model()
+    text = trace.text(prepared.records)
+    ids = model.VOCAB.encode(prepared.prompt + text)
+    if prepared.exited:
+        ids.append(model.VOCAB.eos_id)
+    logits = model.program.compile().logits(ids[:-1])
+    start = 1 + len(prepared.prompt) - 1  # the position that predicts the first trace token
+    picked = logits[start:].argmax(-1).tolist()
+    for k, (got, want) in enumerate(zip(picked, ids[start + 1:], strict=True)):
+        if got != want:
+            return k // trace.RECORD
+    return None
+
+
+def main(path: str, backend: str, max_instructions: int | None, check: bool) -> int:
+    max_seq_len = _model().program.options.max_seq_len
+    try:
+        prepared = prepare(path, max_instructions, max_seq_len)
+    except (OSError, elf.ElfError, Refused) as e:
+        print(f"rv32i: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    if check:
+        bad = verify(prepared)
+        if bad is not None:
+            want = prepared.records[bad] if bad < len(prepared.records) else "<eos>"
+            print(f"rv32i: the model diverges from the reference at record {bad} "
+                  f"({want.describe() if isinstance(want, trace.Record) else want})",
+                  file=sys.stderr)
+            return 3
+        recs = prepared.records
+    else:
+        limit = trace.RECORD * (len(prepared.records) if max_instructions else
+                                max_seq_len) + 1
+        try:
+            recs = trace.parse(generate(prepared.prompt, backend, limit))
+        except Refused as e:
+            print(f"rv32i: {e}", file=sys.stderr)
+            return 2
+        except ValueError as e:
+            print(f"rv32i: the model printed a malformed trace: {e}", file=sys.stderr)
+            return 3
+    seconds = time.perf_counter() - start
+    out, status = trace.output(recs)
+    sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+    tokens = trace.RECORD * len(recs)
+    how = "confirmed teacher-forced" if check else f"decoded by {backend}"
+    print(f"rv32i: {len(recs)} records ({tokens} tokens) {how} in {seconds:.1f} s "
+          f"({tokens / max(seconds, 1e-9):.0f} tok/s), exit status {status}", file=sys.stderr)
+    return 124 if status is None else status

@@ -39,7 +39,7 @@ def saved(tmp_path_factory):
 def test_edges_schema(saved):
     program, _, edges, _ = saved
     assert edges["format"] == "torchwright_fx.edges/1" and edges["program"] == "sort"
-    assert set(edges["kinds"]) == {"program", "cancel", "reuse"}
+    assert set(edges["kinds"]) == {"program", "cancel", "reuse", "end"}
     model = edges["model"]
     assert set(model) >= {"n_layers", "n_heads", "d_head", "d_model", "d_ff"}
     assert list(edges["granularities"]) == ["head", "qkv", "neuron"]
@@ -71,7 +71,7 @@ def test_edges_schema(saved):
                       for e in edges["granularities"]["qkv"]["edges"]}
     # the program's edges reach the logits; sort reuses columns, so there are reuse edges
     kinds = {e["kind"] for e in edges["granularities"]["qkv"]["edges"]}
-    assert kinds == {"program", "cancel", "reuse"}
+    assert kinds == {"program", "cancel", "reuse", "end"}
     assert program.edges() == edges
 
 

@@ -77,7 +77,7 @@ def _teacher_forced(program: tw.Compiled, prompts: list[str]) -> None:
     for p in prompts:
         ids = program.vocab.encode(p)
         seq = ids + program.reference_ids(ids)
-        want = program.traced.run(seq).round().long().tolist()
+        want = program.printed_ids(seq).tolist()
         got = program.logits(seq).argmax(-1).tolist()
         if want != got:
             wrong.append((p[:20], [(i, w, g) for i, (w, g) in enumerate(zip(want, got, strict=True))

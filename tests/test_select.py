@@ -137,7 +137,7 @@ def test_checkpoint_greedy_token_equals_reference(compiled, name, tmp_path):
     model, _ = load_hf(program.save_pretrained(tmp_path / name))
     for length in LENGTHS:
         ids = _stream(length, seed=100 + length)
-        want = program.traced.run(ids).long().reshape(-1)
+        want = program.printed_ids(ids).reshape(-1)
         with torch.no_grad():
             got = model(torch.tensor([ids])).logits[0].argmax(-1)
         assert torch.equal(got, want), (length, torch.nonzero(got != want)[:5])
@@ -230,7 +230,8 @@ def _key_value_oracle(prompt: str) -> str:
 
 def test_key_value_lookup_over_26_letters_in_four_heads(tmp_path):
     program = tw.compile(key_value, vocab=KV, max_seq_len=512)
-    assert program.stats()["heads_total"] <= 4, program.summary()
+    # four for the lookup, one for the end of the context (ops/end.py)
+    assert program.stats()["heads_total"] <= 5, program.summary()
     rng = random.Random(16)
     prompts = ["a3c7b1?c\n", "a1?b\n", "?a\n", "a1a2a3?a\n"]
     for n in (1, 5, 26, 100, 100, 100, 200):

@@ -274,6 +274,17 @@ class Compiled:
             runtimes[dtype] = runtime.Runtime(self.weights, dtype)
         return runtimes[dtype]
 
+    def printed_ids(self, ids: Sequence[int]) -> torch.Tensor:
+        """The token the compiled model's argmax gives after every prefix of ``ids`` (one
+        teacher-forced pass), by the eager semantics: the program's code at each position, and
+        ``<eos>`` at position max_seq_len - 1 where the build ends its answers there
+        (``stats()["ends_with_eos"]``, ops/end.py)."""
+        codes = self.traced.run(ids).round().long()
+        last = self.options.max_seq_len - 1
+        if len(ids) > last and self.weights.ends_with_eos:
+            codes[last] = self.vocab.eos_id
+        return codes
+
     def logits(self, ids: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Logits ``[T, vocab]`` by the in-process runtime, computed in ``dtype`` as
         transformers' eager Phi-3 computes in it."""
@@ -383,7 +394,7 @@ class Compiled:
             "proven_bound": b.plan.proven_bound, "solve_seconds": b.plan.solve_seconds,
             "compile_seconds": self.compile_seconds,
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
-            "output_margin": m.meta.get("output_margin"),
+            "output_margin": m.meta.get("output_margin"), "ends_with_eos": m.ends_with_eos,
             "approximations": list(b.program.approximations),
             "precision": b.program.precision.name,
             "certified": [f.name for f in b.program.precision.formats],

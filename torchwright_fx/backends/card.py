@@ -48,12 +48,15 @@ def model_card(s: dict[str, Any], prompt: str | None) -> str:
         "## Run it", "",
         "DIR is this directory" + ("" if prompt is not None else
                                    "; PROMPT a prompt of the program's domain") + ".", "",
-        "transformers (the generation config stops at `<eos>` or at `max_length` = max_seq_len "
-        "tokens, prompt included, where the certificate ends; for fewer, pass a total "
-        "`max_length=` of at most max_seq_len; a `max_new_tokens` argument replaces that cap, "
-        "with transformers' warning, and runs past max_seq_len if asked, where nothing is "
-        "certified; prompts are characters of the vocabulary, `<bos>` is added by the "
-        "tokenizer):", "",
+        ("transformers (the model prints `<eos>` at its last certified position, so every call "
+         "stops by max_seq_len tokens, prompt included; for fewer, pass `max_new_tokens=`; "
+         if s.get("ends_with_eos") else
+         "transformers (the generation config stops at `<eos>` or at `max_length` = max_seq_len "
+         "tokens, prompt included, where the certificate ends; for fewer, pass a total "
+         "`max_length=` of at most max_seq_len; a `max_new_tokens` argument replaces that cap, "
+         "with transformers' warning, and runs past max_seq_len if asked, where nothing is "
+         "certified; ") +
+        "prompts are characters of the vocabulary, `<bos>` is added by the tokenizer):", "",
         "```python",
         "from transformers import pipeline",
         "generate = pipeline(\"text-generation\", model=DIR" +

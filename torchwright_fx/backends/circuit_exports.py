@@ -10,11 +10,13 @@ or V), MLP lanes (through gate or up) and the unembedding. Node names follow EAP
 L's ``mlp.hook_post``, i.e. a column of ``down_proj``).
 
 Edge kinds: ``program`` (a value the program computes, from its writer to its reader),
-``cancel`` (a column's value read by the cancel head that zeroes it after its last read) and
+``cancel`` (a column's value read by the cancel head that zeroes it after its last read),
 ``reuse`` (a column written again after a cancel: every earlier writer of the column, and the
 cancel head, feed the new value's readers in the residual decomposition, and these
-contributions sum to exactly zero). ``score_circuit`` counts ``program`` edges as the truth by
-default and neither rewards nor penalises the bookkeeping kinds.
+contributions sum to exactly zero) and ``end`` (the end-of-context flag, ops/end.py: one head
+and a ramp that make the model print ``<eos>`` at its last certified position; it is 0, and
+changes nothing, at every earlier position). ``score_circuit`` counts ``program`` edges as the
+truth by default and neither rewards nor penalises the bookkeeping kinds.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ COMPONENTS_FORMAT = "torchwright_fx.components/1"
 EDGES_FILE = "edges.json"
 COMPONENTS_FILE = "components.json"
 GRANULARITIES = ("head", "qkv", "neuron")
-KINDS = ("program", "cancel", "reuse")  # by precedence, when a coarser edge merges several
+KINDS = ("program", "cancel", "reuse", "end")  # by precedence, when a coarser edge merges several
 INPUT, LOGITS = "input", "logits"
+END = ".end_of_context"  # the names of the end-of-context flag's producers (ops/end.py)
 
 # -- the role taxonomy ----------------------------------------------------------------------------
 ROLES: dict[str, str] = {
@@ -63,6 +66,8 @@ ROLES: dict[str, str] = {
     "arithmetic": "other MLP arithmetic (*, //, %, floor, abs, min, max, digits_to_number, ...)",
     "output": "the output's final choice of token (tw.emit)",
     "cancel": "bookkeeping: a head that zeroes finished columns so they can be reused",
+    "end": "bookkeeping: the flag that makes the model print <eos> at its last certified "
+           "position ('.end_of_context')",
     "other": "an op outside the cases above",
 }
 _OP_ROLES = {
@@ -86,6 +91,8 @@ def role_of(op: str, name: str, attention: bool) -> str:
     if name == CANCEL:
         return "cancel"
     if op == "internal":
+        if END in name:
+            return "end"
         return _INTERNAL_ROLES.get(name.split(".", 1)[-1], "other")
     if op in _OP_ROLES:
         return _OP_ROLES[op]
@@ -129,6 +136,27 @@ def _owner(prog: Program, sid: int) -> str:
     return prog.producers[sig.producer].name
 
 
+def _only_feeding(units: set[str], writers: dict[int, list[str]],
+                  readers: dict[int, list[tuple[str, str | None]]]) -> set[str]:
+    """The units whose every written value is read only by ``units`` (or by them after
+    others of this kind): a shared position head kept alive only by the end-of-context flag."""
+    found = set(units)
+    writes: dict[str, set[int]] = {}
+    for s, ws in writers.items():
+        for w in ws:
+            if w != INPUT:
+                writes.setdefault(w, set()).add(s)
+    changed = True
+    while changed:
+        changed = False
+        for unit, sigs in writes.items():
+            if unit not in found and all(readers.get(s) and
+                                         all(r in found for r, _ in readers[s]) for s in sigs):
+                found.add(unit)
+                changed = True
+    return found
+
+
 def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
     """Every signal's writers and readers (and every reused column's), from the placement the
     weights were written from."""
@@ -137,6 +165,7 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
     readers: dict[int, list[tuple[str, str | None]]] = {}
     cancel_of: dict[int, str] = {}  # signal -> the cancel head that zeroes it
     heads, ffns, first_cancel = [], [], {}
+    end_units: set[str] = set()  # the units of the end-of-context flag (ops/end.py)
 
     def read(lins: Iterable[Any], unit: str, inp: str | None) -> None:
         seen: set[int] = set()
@@ -154,6 +183,8 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
         for h, head in enumerate(layer.heads):
             unit = f"a{i}.h{h}"
             heads.append((i, h, head))
+            if END in head.name:
+                end_units.add(unit)
             for letter, lins in (("q", head.q), ("k", head.k), ("v", head.v)):
                 read(lins, unit, letter)
             for s in head.outputs:
@@ -167,11 +198,16 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
         for f in layer.ffns:
             local = layer.lanes_of(f)
             ffns.append((i, f, local))
+            if END in f.name:
+                end_units.update(f"m{i}.n{j}" for j in local)
             for s, weights in f.outputs.items():
                 if s in cols:
                     writers.setdefault(s, []).extend(
                         f"m{i}.n{local[j]}" for j, w in sorted(weights.items()) if w != 0.0)
     read([prog.output], LOGITS, None)
+    if prog.end_flag is not None:
+        read([prog.end_flag], LOGITS, None)
+        end_units |= _only_feeding(end_units, writers, readers)
 
     flows: list[Flow] = []
     for s in sorted(cols):
@@ -179,8 +215,13 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
         r = readers.get(s, [])
         cancel = cancel_of.get(s)
         prog_readers = [x for x in r if x[0] != cancel]
-        if prog_readers:
-            flows.append(Flow("program", s, cols[s], _owner(prog, s), w, prog_readers))
+        # what the end-of-context flag reads (a shared position head, <bos>) and writes
+        ends = [x for x in prog_readers if x[0] in end_units or END in _owner(prog, s)]
+        others = [x for x in prog_readers if x not in ends]
+        if others:
+            flows.append(Flow("program", s, cols[s], _owner(prog, s), w, others))
+        if ends:
+            flows.append(Flow("end", s, cols[s], _owner(prog, s), w, ends))
         if cancel is not None:
             flows.append(Flow("cancel", s, cols[s], _owner(prog, s), w,
                               [x for x in r if x[0] == cancel]))
@@ -280,7 +321,9 @@ def edges(prog: Program, plan: Plan, placement: Placement, d_head: int, name: st
             "kinds": {"program": "a value of the program, from its writer to its reader",
                       "cancel": "a finished value, to the cancel head that zeroes its column",
                       "reuse": "a reused column: earlier writers and cancel heads to the new "
-                               "value's readers (their contributions sum to zero)"},
+                               "value's readers (their contributions sum to zero)",
+                      "end": "the end-of-context flag (prints <eos> at the last certified "
+                             "position; 0 at every earlier one)"},
             "granularities": {"head": _edge_level(t, "head"), "qkv": _edge_level(t, "qkv"),
                               "neuron": _neuron_level(t)}}
 
@@ -323,7 +366,7 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
                 feeds_logits.update(f.writers)
     writes: dict[str, list[dict[str, Any]]] = {}
     for f in t.flows:
-        if f.kind == "program" or (f.kind == "cancel" and f.writers):
+        if f.kind in ("program", "end") or (f.kind == "cancel" and f.writers):
             for w in f.writers:
                 entry = {"signal": f.signal, "column": f.column, "fx": f.fx}
                 if entry not in writes.setdefault(w, []):

@@ -136,7 +136,7 @@ def _prf(found: set[Any], true: set[Any], ignored: set[Any]) -> dict[str, Any]:
 def score_circuit(found: Any, truth: Any, granularity: str | None = None,
                   threshold: float | None = None,
                   kinds: Iterable[str] = ("program",),
-                  ignore: Iterable[str] = ("cancel", "reuse")) -> dict[str, Any]:
+                  ignore: Iterable[str] = ("cancel", "reuse", "end")) -> dict[str, Any]:
     """Precision, recall and F1 of a discovered circuit against the ground truth, over nodes
     and (when ``found`` names edges) over edges, at one granularity (docs/circuits.md).
 

@@ -90,17 +90,22 @@ def _tokenizer_files(vocab: Vocab, m: Machine, out: Path) -> None:
               # characters; only the post-processor adds <bos>)
               "split_special_tokens": True, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    # max_length = max_seq_len: a default generate() or pipeline() call stops where the
-    # certificate ends (prompt plus answer, <bos> included) and prints nothing, as does one
-    # passing its own max_length (a total; past max_seq_len not certified). It is transformers'
-    # only cap (5.x): max_position_embeddings only warns, once per process, after a call has
-    # run past it. Without max_length here a default call either warns (the 20-token default)
-    # or, given max_new_tokens instead, runs past max_seq_len on a long prompt. A caller's
-    # max_new_tokens replaces the cap, and transformers warns on every such call that both are
-    # set; only a model that emitted <eos> itself before max_seq_len could make that call quiet
-    # and capped.
+    # How a call stops where the certificate ends, quietly, in transformers 5.x. The model
+    # prints <eos> at position max_seq_len - 1 itself (ops/end.py, ``ends_with_eos``), so the
+    # config only needs a length that silences transformers' own default: max_new_tokens =
+    # max_seq_len. A default generate() or pipeline() call and one passing its own
+    # max_new_tokens then print nothing and stop at <eos>, never past max_seq_len (transformers'
+    # max_position_embeddings only warns, after the fact). A caller's max_length meets the
+    # config's max_new_tokens: transformers warns that both are set and keeps max_new_tokens.
+    # Where the flag is not certified (very long contexts) the config caps the total with
+    # max_length = max_seq_len instead: quiet for default and max_length calls, and a caller's
+    # max_new_tokens replaces the cap with a warning.
     generation = {"bos_token_id": m.bos_id, "eos_token_id": m.eos_id, "pad_token_id": m.eos_id,
-                  "do_sample": False, "max_length": m.max_seq_len}
+                  "do_sample": False}
+    if m.ends_with_eos:
+        generation["max_new_tokens"] = m.max_seq_len
+    else:
+        generation["max_length"] = m.max_seq_len
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
 
 
@@ -155,14 +160,15 @@ class TransformersRunner:
             return self.model(torch.tensor([list(ids)])).logits[0]
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int | None = None) -> list[int]:
-        # a total (max_length), as the directory's generation config has it: a max_new_tokens
-        # argument would make transformers warn that both are set
+        # the length in the form the directory's generation config has it (max_new_tokens or
+        # a total, max_length): the other form would make transformers warn that both are set
         limit = self.max_seq_len if max_new_tokens is None else \
             min(self.max_seq_len, len(ids) + max_new_tokens)
         if len(ids) >= limit:
             return []
+        length = {"max_new_tokens": limit - len(ids)} \
+            if self.model.generation_config.max_new_tokens is not None else {"max_length": limit}
         with torch.no_grad():
-            out = self.model.generate(torch.tensor([list(ids)]), do_sample=False,
-                                      max_length=limit)
+            out = self.model.generate(torch.tensor([list(ids)]), do_sample=False, **length)
         new = out[0, len(ids):].tolist()
         return new[: new.index(self.eos_id)] if self.eos_id in new else new

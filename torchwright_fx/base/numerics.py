@@ -49,6 +49,20 @@ SINGLE_PLANE_LENGTH = 2048
 # maximal at t = round(c); an exact code beats its neighbours by DECODE_GAIN/2.
 DECODE_GAIN = 16.0
 
+# The end of the context (ops/end.py): an MLP ramp on the position head's y = fl(1/(i+1)) turns
+# the last position into E = 1 and every earlier one into E = 0 exactly. The ramp's corners sit
+# END_MARGIN (in units of its arguments) from the two last positions' y; the arguments' fp32
+# error may use up END_ARGUMENT_SLACK of that margin, so a SwiGLU hinge whose sharpness turns
+# the rest into UNDERFLOW is exactly 0 before the last position, and E >= 1 - 2 * 0.25 = 0.5 at
+# it. y itself may be a rounding or two off fl(1/(i+1)) in a runtime whose softmax divides
+# differently (END_Y_ERROR, relative). The bound holds to about 200,000 positions.
+END_MARGIN = 0.5
+END_ARGUMENT_SLACK = 0.5
+END_Y_ERROR = 2.0 ** -23
+# lm_head adds B * E to <eos>'s logit: B is sized so that with E at its least <eos> leads every
+# token by END_LEAD * DECODE_GAIN (the lead an exact code has over its neighbours: 1/2).
+END_LEAD = 0.5
+
 # -- RMSNorm identity --------------------------------------------------------------------------
 # Smallest power-of-two pin exponent (docs/design-notes.md §5): the data's energy must stay
 # below 2**(2q-24).

@@ -167,7 +167,8 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     final[plan.pin_cols] = 0.0
 
     # logit_t = G * (t * c - t^2 / 2) up to a shift: largest at the token nearest the code c.
-    lm_head = decode.lm_head(prog, w.row(prog.output), plan.const_col)
+    end_row = None if prog.end_flag is None else w.row(prog.end_flag)
+    lm_head = decode.lm_head(prog, w.row(prog.output), plan.const_col, end_row)
     margin = decode.margin(prog, prog.output, prog.output_range)  # > 0: certified at lowering
 
     return Machine(
@@ -177,6 +178,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
         partial_rotary_factor=geom.partial_rotary_factor,
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
+        ends_with_eos=prog.end_flag is not None,
         meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
               "layer_heads": [len(la.heads) for la in placed.layers],
               "layer_lanes": [len(la.lane_index) for la in placed.layers],

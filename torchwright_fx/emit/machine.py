@@ -38,6 +38,9 @@ class Machine:
     rms_eps: float = RMS_EPS
     bos_id: int = 0
     eos_id: int = 1
+    # the model prints <eos> at position max_seq_len - 1 (ops/end.py): a runtime's caller needs
+    # no length cap
+    ends_with_eos: bool = False
     meta: dict = field(default_factory=dict)
 
     @property

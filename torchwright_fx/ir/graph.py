@@ -137,6 +137,10 @@ class Program:
     # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
     output_steps: tuple[Lin, ...] = ()
     output_codes: tuple[int, int] = (0, -1)
+    # E = [position = max_seq_len - 1] (ops/end.py): lm_head adds end_gain * E to <eos>'s logit,
+    # so the model ends its answer where the certificate ends; None where not built
+    end_flag: Lin | None = None
+    end_gain: float = 0.0
     # half precision: what tw.claim declared of an affine form (its range and lattice), which
     # the certificate may take as the form's values (emit/certify_half.py)
     claims: list[tuple[Lin, Interval]] = field(default_factory=list)
@@ -173,6 +177,8 @@ class Program:
         """The signals read after the last layer: the output's, and its step columns in half
         precision (``output_steps``)."""
         out = set(self.output.signals())
+        if self.end_flag is not None:
+            out |= self.end_flag.signals()
         for lin in self.output_steps:
             out |= lin.signals()
         return out
@@ -254,6 +260,8 @@ class Program:
                 assert len(p.q) == len(p.k) and len(p.v) == len(p.outputs), \
                     f"after {stage}: head {p.name} has mismatched q/k or v/outputs"
         reads_known(self.output, "the output")
+        if self.end_flag is not None:
+            reads_known(self.end_flag, "the end-of-context flag")
         for rec in self.nodes.values():
             assert len(rec.columns) == len(rec.intervals), \
                 f"after {stage}: node {rec.name} has {len(rec.columns)} columns and " \

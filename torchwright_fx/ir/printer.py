@@ -179,6 +179,9 @@ def format_program(prog: Program, detail: bool = False) -> str:
               for pid in sorted(prog.producers)]
     lines.append(f"output = {format_lin(prog.output, limit)}  "
                  f"{format_interval(prog.output_range)}")
+    if prog.end_flag is not None:
+        lines.append(f"<eos> logit += {prog.end_gain:.6g} * ({format_lin(prog.end_flag, limit)})"
+                     "  (1 at position max_seq_len - 1, else exactly 0)")
     if prog.nodes:
         lines.append("nodes:")
         lines += [format_node(rec, limit) for rec in prog.nodes.values()]

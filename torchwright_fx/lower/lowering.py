@@ -8,6 +8,7 @@ here: a rule raises ``CompileError`` (via ``ctx.error``) or a construction's ``R
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ from torchwright_fx.capture.registry import info, spec_of, using_vocab
 from torchwright_fx.ir.graph import NodeRecord, Program
 from torchwright_fx.ir.ranges import BOOL
 from torchwright_fx.lower.context import LowerCtx
-from torchwright_fx.lower.output import certify_output, decodable
+from torchwright_fx.lower.output import certify_output, decodable, end_of_context
 from torchwright_fx.lower.rules import exact_within, noise_origin
 from torchwright_fx.lower.stream import Stream
 from torchwright_fx.ops import decode, ffn, half
@@ -105,6 +106,23 @@ def _has_lowered(value: Any) -> bool:
     return False
 
 
+def token_ranges(prog: Program, value: Stream) -> Stream:
+    """``value`` with each column that reads only embedding columns (a function of the current
+    token: ``x @ M``, a sum of is_token indicators) bounded by its values over the vocabulary,
+    where they are tighter than the ranges the op's rule added up. Exactly one column of the
+    one-hot token stream is 1 at each position, so those values are the column's only ones."""
+    ranges = list(value.ranges)
+    for c, (col, r) in enumerate(zip(value.cols, value.ranges, strict=True)):
+        if not col.terms or not all(s in prog.embed_tables for s in col.terms):
+            continue
+        per_token = [col.const + sum(k * prog.embed_tables[s][t] for s, k in col.terms.items())
+                     for t in range(len(prog.vocab))]
+        lo, hi = max(r.lo, min(per_token)), min(r.hi, max(per_token))
+        if (lo, hi) != (r.lo, r.hi) and lo <= hi:
+            ranges[c] = dataclasses.replace(r, lo=lo, hi=hi)
+    return value if ranges == list(value.ranges) else Stream(value.cols, ranges)
+
+
 class Lowering(torch.fx.Interpreter):
     """Runs the graph with lowered values: the placeholder is the token stream, a call on
     constants only runs eagerly (folded), a call on streams runs its op's lowering rule."""
@@ -133,6 +151,8 @@ class Lowering(torch.fx.Interpreter):
         self.node, self.ctx = n, None
         with ffn.recording_approximations(log):
             value = super().run_node(n)
+        if isinstance(value, Stream):
+            value = token_ranges(self.prog, value)
         self.prog.approximations += [f"{node_source(n)}: {what}" for what in log or []]
         if isinstance(value, Stream):
             self.prog.nodes[n.name] = NodeRecord(
@@ -221,6 +241,8 @@ class Lowering(torch.fx.Interpreter):
                     "; compute the code from exact values (tw.lookup results, counts) so "
                     "that it can be snapped, or use a smaller vocabulary" if noisy else
                     "; use a smaller vocabulary"))
+        end_of_context(prog, self.geom, self.tokens.cols[self.vocab.bos_id],
+                       getattr(result, "name", "output"), src)
         return value
 
 

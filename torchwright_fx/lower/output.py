@@ -5,10 +5,12 @@ from __future__ import annotations
 from torchwright_fx.base import numerics
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.ir.graph import Program
+from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import decode, ffn
+from torchwright_fx.ops import decode, end, ffn
+from torchwright_fx.ops.attention import Geometry
 
 
 def certify_output(prog: Program, source: str = "", origin: str = "") -> Interval:
@@ -52,3 +54,13 @@ def decodable(ctx: LowerCtx, value: Stream) -> Stream:
     out = rng.with_noise(rng.noise + rounding)
     (summed,) = ctx.finish(bank, [out.shift(-col.const)])
     return Stream([summed + col.const], [out])
+
+
+def end_of_context(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> None:
+    """Make the model print <eos> at the last certified position (ops/end.py), where the flag
+    and lm_head's gain for it are certified at this length and vocabulary; else leave the
+    program as it is (the directory then caps generation with max_length)."""
+    gain = decode.end_gain(prog)
+    if gain is None or not end.certified(geom.max_seq_len):
+        return
+    prog.end_flag, prog.end_gain = end.end_flag(prog, geom, bos, name, source), gain

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from torchwright_fx.base.numerics import DECODE_GAIN, FP32_UNIT
+from torchwright_fx.base.numerics import DECODE_GAIN, END_LEAD, FP32_UNIT
 from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
@@ -79,13 +79,44 @@ def margin(prog: Program, out: Lin, rng: Interval) -> float:
     return DECODE_GAIN * (0.5 - rng.noise) - 2.0 * error
 
 
-def lm_head(prog: Program, row: torch.Tensor, const_col: int) -> torch.Tensor:
+def end_gain(prog: Program) -> float | None:
+    """B, the gain on the end-of-context flag E in <eos>'s row (ops/end.py), or None.
+
+    At the last position token t's logit is ``L_t(c) + [t = eos] B E``. For an output code c
+    (exact or within its noise), ``L_t(c) - L_eos(c) = G (c - eos)**2 / 2`` at most (t = c), so
+    with E at its least and each logit's fp32 error err (``margin``'s bound, plus B's own
+    (k + 2) u B E) <eos> leads by END_LEAD * G when ``B E - G d**2 / 2 - 2 err >= END_LEAD G``.
+    Before the last position E is exactly 0 and B E adds nothing to any logit."""
+    from torchwright_fx.ops import end
+
+    r, out = prog.output_range, prog.output
+    eos = prog.vocab.eos_id
+    if not (r.finite and math.isfinite(r.noise)):
+        return None
+    d = max(abs(r.lo - r.noise - eos), abs(r.hi + r.noise - eos))
+    w, w0, _ = _weights(prog, out, r)
+    facts = [prog.signals[s].range for s in out.terms]
+    mags = torch.tensor([f.magnitude + f.noise for f in facts], dtype=torch.float64)
+    k = len(facts) + 2  # the output's terms, its constant and E
+    err = float((k * FP32_UNIT * ((w.abs() * mags[None, :]).sum(dim=1) + w0.abs())).max())
+    low, high = end.lowest_at_end(), end.flag_range().hi
+    room = low - 2 * k * FP32_UNIT * high
+    if room <= low / 2:
+        return None
+    return (END_LEAD * DECODE_GAIN + DECODE_GAIN * d * d / 2 + 2 * err) / room
+
+
+def lm_head(prog: Program, row: torch.Tensor, const_col: int,
+            end_row: torch.Tensor | None = None) -> torch.Tensor:
     """The lm_head matrix [vocab, d]; ``row`` reads the output code from the normalised
-    residual (its constant on const_col). Certified by ``margin`` at lowering."""
+    residual (its constant on const_col), ``end_row`` the end-of-context flag. Certified by
+    ``margin`` and ``end_gain`` at lowering."""
     _, _, m = _weights(prog, prog.output, prog.output_range)
     ids = torch.arange(len(prog.vocab.tokens), dtype=torch.float64) - m
     centred = row.clone()
     centred[const_col] -= m
     head = DECODE_GAIN * ids[:, None] * centred[None, :]
     head[:, const_col] -= DECODE_GAIN * ids ** 2 / 2
+    if end_row is not None:
+        head[prog.vocab.eos_id] += prog.end_gain * end_row
     return head

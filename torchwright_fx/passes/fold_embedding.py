@@ -62,6 +62,7 @@ def rewrite_lins(prog: Program, fn: Callable[[Lin], Lin]) -> None:
             prog.producers[pid] = dataclasses.replace(
                 p, q=[fn(x) for x in p.q], k=[fn(x) for x in p.k], v=[fn(x) for x in p.v])
     prog.output = fn(prog.output)
+    prog.end_flag = None if prog.end_flag is None else fn(prog.end_flag)
     prog.output_steps = tuple(fn(lin) for lin in prog.output_steps)
     prog.claims = [(fn(lin), rng) for lin, rng in prog.claims]
     prog.nodes = {name: dataclasses.replace(rec, columns=tuple(fn(c) for c in rec.columns))

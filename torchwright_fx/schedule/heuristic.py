@@ -1,15 +1,63 @@
-"""The fast scheduler (optimize=0): every producer at its earliest stage.
+"""The fast scheduler (optimize=0): every producer at its earliest stage, except the
+end-of-context flag.
 
 With no cap on heads or lanes per layer, as-soon-as-possible placement meets the critical-path
 bound, so the layer count is optimal for the graph; width is the only thing it does not trade.
+
+The end-of-context flag (ops/end.py: an averaging head, unless it shares the program's position
+head, and a two-lane ramp read only by lm_head) depends on nothing the program computes, so
+ASAP would put it in layer 0: its head there can add a head to every layer (Phi-3 has one head
+count) and its column then lives through every layer. It goes instead where it costs least
+within the program's layers: fewest heads per layer, then fewest lanes per layer, then the
+lowest peak of live columns, then the latest layer.
 """
 
 from __future__ import annotations
 
-from torchwright_fx.ir.graph import Program
+from collections import Counter
+
+from torchwright_fx.ir.graph import FFN, Head, Program
+from torchwright_fx.ops.end import NAME as END_NAME
 from torchwright_fx.schedule.bounds import earliest_stages
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_count, layer_of
 
 
 def schedule(prog: Program) -> Plan:
-    return Plan(stage=earliest_stages(prog), scheduler="heuristic", status="heuristic")
+    stage = earliest_stages(prog)
+    if prog.end_flag is not None:
+        stage = _place_end_flag(prog, stage)
+    return Plan(stage=stage, scheduler="heuristic", status="heuristic")
+
+
+def _place_end_flag(prog: Program, stage: dict[int, int]) -> dict[int, int]:
+    """``stage`` with the flag's own head and ramp moved to their cheapest layers."""
+    own = [p for p in prog.producers.values() if f".{END_NAME}" in p.name]
+    head = next((p for p in own if isinstance(p, Head)), None)
+    ramp = next(p for p in own if isinstance(p, FFN))
+    rest = {pid: s for pid, s in stage.items() if pid not in {p.id for p in own}}
+    n = layer_count(stage.values())
+    heads = Counter(layer_of(s) for pid, s in rest.items()
+                    if isinstance(prog.producers[pid], Head))
+    lanes: Counter[int] = Counter()
+    for pid, s in rest.items():
+        p = prog.producers[pid]
+        if isinstance(p, FFN):
+            lanes[layer_of(s)] += len(p.lanes)
+    # the head's layer (-1: it is the program's shared position head, not moved) and the
+    # ramp's: in the head's layer or in the last one
+    first = layer_of(stage[ramp.id]) if head is None else 0
+    pairs = [(h, r) for h in (range(n) if head is not None else [-1])
+             for r in sorted({max(h, first), n - 1})]
+    best: tuple[int, ...] | None = None
+    choice = stage
+    for h, r in pairs:
+        trial = dict(rest)
+        if head is not None:
+            trial[head.id] = 2 * h + ATTENTION
+        trial[ramp.id] = 2 * r + MLP
+        n_heads = max(heads[k] + (k == h) for k in range(n))
+        n_lanes = max(lanes[k] + len(ramp.lanes) * (k == r) for k in range(n))
+        cost = (n_heads, n_lanes, Plan(stage=trial).live_peak(prog), -r, -h)
+        if best is None or cost < best:
+            best, choice = cost, trial
+    return choice

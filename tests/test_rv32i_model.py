@@ -1,16 +1,21 @@
 """The first compiled piece of the rv32i interpreter (examples/rv32i/model.py): compiled, its
 greedy output (the in-process runtime of the compiled weights) equals the records the reference
-interpreter's steps print (examples/rv32i/trace.py), on hand-assembled programs of its subset.
+interpreter's steps print (examples/rv32i/trace.py), on hand-assembled programs of its subset
+and on the C program hello.elf; and `python -m examples.rv32i run` refuses what is outside it.
 
-Slow (the build takes about 90 s on 2 cores): `make test-all` runs it."""
+The compiled checks are slow (the build takes about 60-90 s on 2 cores, hello's 688 tokens
+another minute): `make test-all` runs them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from examples.rv32i import asm, trace
+from examples.rv32i import asm, elf, run, trace
 
-pytestmark = pytest.mark.slow
+ELF_DIR = run.ROOT / "examples" / "rv32i" / "elf"
 
 ALU = [asm.addi(1, 0, 5), asm.addi(2, 0, -3), asm.add(3, 1, 2), asm.sub(4, 2, 1),
        asm.xori(5, 4, 0x7F), asm.slt(6, 2, 1), asm.sltu(7, 2, 1), asm.lui(8, 0xABCDE),
@@ -30,7 +35,16 @@ BRANCHES += asm.exit_with(3)
 # a call and a return through JAL/JALR (the callee doubles a0), exit 2 * 21
 CALL = [asm.addi("a0", 0, 21), asm.jal("ra", 16), *asm.exit_with("a0"),
         asm.add("a0", "a0", "a0"), asm.jalr(0, "ra", 0)]
-PROGRAMS = {"alu": ALU, "loop": LOOP, "branches": BRANCHES, "call": CALL}
+# loads and stores of bytes, halves and words, and a write of 3 bytes; exits with the low
+# byte of the word SH and SB leave (0x007F7F01)
+DATA = 0x10200
+MEMORY = [*asm.li(1, DATA), *asm.li(2, 0x80FF7F01), asm.sw(2, 1, 0), asm.lb(3, 1, 1),
+          asm.lbu(4, 1, 3), asm.lh(5, 1, 2), asm.lhu(6, 1, 0), asm.lw(7, 1, 0), asm.sb(3, 1, 6),
+          asm.sh(2, 1, 4), asm.lw(8, 1, 4), asm.addi("a0", 0, 1), asm.addi("a1", 1, 8),
+          asm.addi("a2", 0, 3), asm.addi("a7", 0, 64), asm.ECALL, *asm.exit_with(8)]
+PROGRAMS = {"alu": ALU, "loop": LOOP, "branches": BRANCHES, "call": CALL, "memory": MEMORY}
+IMAGES = {name: asm.image(words, {DATA + 8: b"hi!"} if name == "memory" else None)
+          for name, words in PROGRAMS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +53,10 @@ def compiled():
     return model.program.compile()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_generated_records_equal_the_reference(compiled, name):
-    prompt, want = trace.run(asm.image(PROGRAMS[name]))
+    prompt, want = trace.run(IMAGES[name])
     got = compiled.generate(prompt)
     assert trace.parse(got) == want
     out, status = trace.output(want)
@@ -49,10 +64,49 @@ def test_generated_records_equal_the_reference(compiled, name):
 
 
 def test_exit_statuses():
-    assert [trace.output(trace.run(asm.image(PROGRAMS[n]))[1])[1]
-            for n in ("loop", "branches", "call")] == [21, 6, 42]
+    assert [trace.output(trace.run(IMAGES[n])[1]) for n in ("loop", "branches", "call", "memory")
+            ] == [(b"", 21), (b"", 6), (b"", 42), (b"hi!", 1)]
 
 
+@pytest.mark.slow
+def test_hello_runs_through_the_checkpoint(compiled):
+    prompt, want = trace.run(elf.load(ELF_DIR / "hello.elf"))
+    got = trace.parse(compiled.generate(prompt))
+    assert got == want
+    assert trace.output(got) == (b"Hello, world!\n", 0)
+
+
+def test_run_refuses_what_the_model_lacks():
+    with pytest.raises(run.Refused, match="5289 tokens, over the model's max_seq_len 1088"):
+        run.prepare(str(ELF_DIR / "sum.elf"), None, 1088)
+    far = asm.image([*asm.li(1, 0x14000), asm.sw(1, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match="holds 0x10000..0x13c00 only"):
+        run.prepare_image(far, None, 10 ** 6)
+    with pytest.raises(run.Refused, match="M extension"):
+        run.prepare_image(asm.image([asm.mul(1, 1, 1), *asm.exit_with(1)]), None, 10 ** 6)
+    with pytest.raises(run.Refused, match="1025 tokens, over the model's max_seq_len 1024"):
+        run.prepare(str(ELF_DIR / "hello.elf"), None, 1024)
+
+
+@pytest.mark.slow
 def test_the_eager_program_is_the_same_machine(compiled):
     prompt, want = trace.run(asm.image(LOOP[:2] + asm.exit_with(1)))
     assert trace.parse(compiled.reference(prompt)) == want
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "examples.rv32i", *args], cwd=run.ROOT,
+                          capture_output=True, timeout=1200)
+
+
+def test_the_command_line_refuses_a_run_too_long():
+    p = _cli("run", str(ELF_DIR / "sum.elf"))
+    assert p.returncode == 2 and p.stdout == b""
+    assert b"over the model's max_seq_len" in p.stderr
+
+
+@pytest.mark.slow
+def test_the_command_line_verifies_hello():
+    p = _cli("run", str(ELF_DIR / "hello.elf"), "--verify")
+    assert (p.stdout, p.returncode) == (b"Hello, world!\n", 0)
+    assert b"86 records (688 tokens) confirmed teacher-forced" in p.stderr

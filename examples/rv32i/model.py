@@ -2,12 +2,12 @@
 program, printing the records of README.md ("The trace") from a prompt that holds the memory
 image.
 
-Subset: LUI, AUIPC, JAL, JALR, the six branches, the ALU immediates and registers but the
-shifts (ADDI SLTI SLTIU XORI ORI ANDI, ADD SUB SLT SLTU XOR OR AND), the loads and stores of
-bytes, halves and words, and ECALL ``write`` (a byte a record) and ``exit``. No shifts yet.
-Memory: the first 1 KiB (256 words at 0x10000), so the
-vocabulary holds the A_hi tokens 0x00 and 0x40 only and a cell is ``256 h + A_lo`` with
-``h`` 0 (registers and ports) or 1 (memory): 512 values, one selection key.
+Subset: all of RV32I (LUI, AUIPC, JAL, JALR, the six branches, the ALU immediates and
+registers with the shifts, the loads and stores of bytes, halves and words, FENCE as a no-op
+record, ECALL ``write`` as a byte a record and ``exit``) but the faults. Memory: the first
+15 KiB (3840 words at 0x10000..0x13C00, where the examples' code, data, bss and stack lie),
+so the vocabulary holds the A_hi tokens 0x00 and 0x40..0x4E and a cell is ``256 h + A_lo``
+with ``h`` 0 (registers and ports) or 1..15 (memory pages): 4096 values, one selection key.
 
 Everything for record n is computed at the last token of record n-1 (the trigger) and printed
 by ``tw.emit``; values move as bits (a byte token's bits are embedding columns), and every
@@ -24,10 +24,12 @@ import torchwright_fx as tw
 from examples.rv32i import trace
 from examples.rv32i.trace import ADDR, BYTE, EXIT, OUT, RECORD
 
-HI = (0x00, 0x40)  # the A_hi tokens of the subset
+MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bss, stack)
+HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
 VOCAB = tw.Vocab(trace.alphabet(HI))
 SENTINEL = 255  # the key of positions that end no record: a cell nothing reads
-MAX_P = 255  # the subset's code lies in the first 256 words
+MAX_P = MEM_WORDS - 1  # the last word index
+MAX_CELL = 256 + MAX_P  # cells: registers and ports 0..255, memory word k at 256 + k
 
 
 def _num(bits: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -93,6 +95,22 @@ def _less(a: torch.Tensor, b: torch.Tensor, signed: torch.Tensor
     return (hi_less | (hi_eq & lo_less)).float(), (hi_eq & lo_eq).float()
 
 
+def _shift(a: torch.Tensor, amount: torch.Tensor, left: torch.Tensor, arith: torch.Tensor
+           ) -> torch.Tensor:
+    """SLL / SRL / SRA of the bits ``a`` by the 5 bits ``amount``: a left shift is a right
+    shift of the reversed bits; a barrel of 5 stages (by 1, 2, 4, 8, 16), each a
+    torch.where per bit, the vacated bits filled with the sign for SRA."""
+    rev = torch.cat([a[:, 31 - i:32 - i] for i in range(32)], -1)
+    x = _when(left, rev, a)
+    fill = arith * a[:, 31:32]
+    for j in range(5):
+        step = 1 << j
+        moved = torch.cat([x[:, step:], *[fill] * step], -1)
+        x = _when(amount[:, j:j + 1], moved, x)
+    back = torch.cat([x[:, 31 - i:32 - i] for i in range(32)], -1)
+    return _when(left, back, x)
+
+
 def _imm_s(ins: torch.Tensor) -> torch.Tensor:
     return _pick(ins, list(range(7, 12)) + list(range(25, 31)) + [31] * 21)
 
@@ -145,7 +163,8 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
     def rv32i_subset(x: torch.Tensor) -> torch.Tensor:
         # -- the tokens (free: embedding columns) ------------------------------------------
         start = tw.is_token(x, [ADDR[h] for h in HI])  # slot 0 of a record
-        hi = tw.lookup(x, {ADDR[0x40]: 1})  # A_hi: 0 (registers, ports) or 1 (memory)
+        # A_hi: 0 (registers, ports) or 0x40 + j (memory words 256 j ...): the cell's page
+        hi = tw.lookup(x, {ADDR[h]: j for j, h in enumerate(HI)})
         byte = tw.lookup(x, {BYTE[b]: b for b in range(256)})
         bits = torch.cat([tw.lookup(x, {BYTE[b]: b >> i & 1 for b in range(256)})
                           for i in range(8)], -1)
@@ -155,7 +174,7 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         trigger = at7[:, 0:1]
         cell = 256 * at7[:, 1:2] + tw.shift(byte, 6)
         value = torch.cat([tw.shift(bits, k) for k in (5, 4, 3, 2)], -1)  # V0..V3, 32 bits
-        p = byte  # P_lo: the subset's code is in the first 256 words, so P_hi is 0
+        p = torch.clamp(256 * tw.shift(byte, 1) + byte, 0, MAX_P)  # (any value off triggers)
         key = _when(trigger, cell, float(SENTINEL))
         exited = trigger * (cell == EXIT).float()
         after_out = (cell == OUT).float()  # the record that ends here printed a byte
@@ -203,14 +222,16 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         total = [tw.claim(t, 0, 255, integral=True)
                  for t in _add(a_bytes, _bytes(b_add), is_sub)]
         quarter = torch.floor(total[0] / 4)
-        word_index = quarter + 64 * total[1]  # (address - 0x10000) / 4, in the subset's 1 KiB
-        mem_cell = torch.clamp(256 + word_index, 256, 511)
+        # (address - 0x10000) / 4 for an address in the window (byte 2 is 1, byte 3 is 0)
+        word_index = quarter + 64 * total[1]
+        mem_cell = 256 + torch.clamp(word_index, 0, MAX_P)
         offset = total[0] - 4 * quarter
         off = [(offset == k).float() for k in range(4)]
         mem = read(mem_cell)
         loaded = _load(mem, off, f3_is)
         stored = _store(mem, off, f3_is, _bytes(r2))
 
+        shifted = _bytes(_shift(r1, b[:, 0:5], f3_is[1], f3_is[5] * ins[:, 30:31]))
         both = r1 * b  # AND of each bit pair
         and_bytes = _bytes(both)
         or_bytes = _bytes(r1 + b - both)
@@ -229,7 +250,8 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
                                _when(alu * f3_is[7], and_bytes[k], zero),
                                _when(upper, total[k], zero),
                                _when(is_jal + is_jalr, link[k], zero),
-                               _when(is_load, loaded[k], zero)))
+                               _when(is_load, loaded[k], zero),
+                               _when(alu * (f3_is[1] + f3_is[5]), shifted[k], zero)))
 
         # -- a write: a byte a record until the count reaches a2, then a0 = a2 ---------------
         n_lo = _num(a2, 0, 16)

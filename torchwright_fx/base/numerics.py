@@ -308,6 +308,16 @@ HALF_CODE_SPAN = 2 ** 8
 # The certificate replays each MLP bank on every joint value of its inputs: at most this many
 # points per op (a product of two 256-valued streams is 65,536; a table of three, 16M, refused).
 HALF_CERTIFY_POINTS = 2 ** 20
+# ... and at most this many values of terms in all: over the points of a bank replayed whole
+# and its lanes' terms (beyond: lane by lane), over the lanes of one bank replayed lane by lane
+# (beyond: refused, where many lanes each within HALF_CERTIFY_POINTS would take hours), and
+# in the sums that list the values of one dot product. About a minute of numpy; the largest
+# an example needs is range_printer's `div` bank, 384,320 points x 1,524 terms (5.9e8).
+HALF_CERTIFY_WORK = 2 ** 30
+# A lane whose gate and up read common signals is replayed on their joint values; beyond this
+# many points in their product (before claims and facts), on the pairs of the gate's and the
+# up's values first (a superset: sound), and on the joint values only if it is not exact there.
+HALF_JOINT_POINTS = 2 ** 16
 # Half precision's rotary planes (ops/attention_half.py): up to max_seq_len n, P planes at
 # Phi-3's frequencies r**-p. Measured exact in every runtime for shifts 1, 7 and n/3 at
 # 256 (5, 3), 1024 (6, 3) and 4096 (6, 4); 16384 (8, 4) replayed (docs/half-precision.md Q2).

@@ -28,9 +28,8 @@ energy bound (``emit/half.py``); every weight must be an fp16 and bf16 number.
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -41,14 +40,19 @@ from torchwright_fx.base.machines import BF16, FP16
 from torchwright_fx.base.numerics import (
     FP32_EXACT_INTEGERS,
     HALF_CERTIFY_POINTS,
+    HALF_CERTIFY_WORK,
     HALF_COUNT_NORM_EXPONENT,
     HALF_GAIN_EXPONENT,
+    HALF_JOINT_POINTS,
 )
 from torchwright_fx.emit import half_bounds
 from torchwright_fx.emit.half import exact_in_half
+from torchwright_fx.emit.half_domain import Known, domain, domain_size, too_many
+from torchwright_fx.emit.half_domain import evaluate as _eval
+from torchwright_fx.emit.half_domain import stored as _stored
 from torchwright_fx.emit.machine import ACTIVATIONS, Machine
 from torchwright_fx.emit.placement import Placement
-from torchwright_fx.ir.graph import FFN, Head, Lane, Producer, Program, Signal
+from torchwright_fx.ir.graph import FFN, Head, Lane, Producer, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.schedule.plan import Plan
@@ -75,84 +79,6 @@ def _exact_sum(terms: np.ndarray) -> bool:
         return True
     g = _fraction_bits(terms)
     return bool(np.abs(terms).sum(axis=-1).max() * 2.0 ** g < FP32_EXACT_INTEGERS)
-
-
-@dataclass
-class Known:
-    """What the certificate knows of each signal: its value per token (a function of the
-    current token) or its set of values."""
-
-    per_token: dict[int, np.ndarray] = field(default_factory=dict)
-    sets: dict[int, np.ndarray] = field(default_factory=dict)
-    # what tw.claim declared of affine forms: points outside a claim are not in any domain
-    claims: list[tuple[Lin, Interval]] = field(default_factory=list)
-    # the facts of every node's columns of several signals (lowering's sound bounds): they
-    # rule points out the same way (a sum of mutually exclusive terms, a 0/1 condition)
-    facts: list[tuple[Lin, Interval]] = field(default_factory=list)
-    _sorted: list[tuple[Lin, Interval]] = field(default_factory=list, repr=False)
-
-    def bounds(self) -> list[tuple[Lin, Interval]]:
-        """Claims and facts, the forms of most signals first (the first that covers part of
-        a form is the one taken); sorted once."""
-        if len(self._sorted) != len(self.claims) + len(self.facts):
-            self._sorted = sorted(self.claims + self.facts, key=lambda f: -len(f[0].terms))
-        return self._sorted
-
-
-def _domain_size(known: Known, reads: list[int]) -> int:
-    tok = [s for s in reads if s in known.per_token]
-    size = len(np.unique(np.stack([known.per_token[s] for s in tok], axis=1), axis=0)) \
-        if tok and len(tok) < len(reads) else 1
-    return size * math.prod(len(known.sets[s]) for s in reads if s not in known.per_token)
-
-
-def _domain(known: Known, reads: list[int], n_tokens: int, where: Signal | Producer
-            ) -> tuple[dict[int, np.ndarray], bool]:
-    """Every joint value of ``reads``: column per signal; True when the points are the tokens
-    in order (every read a function of the current token)."""
-    tok = [s for s in reads if s in known.per_token]
-    other = [s for s in reads if s not in known.per_token]
-    if not other:
-        return ({s: known.per_token[s] for s in tok} or {}), True
-    rows = np.unique(np.stack([known.per_token[s] for s in tok], axis=1), axis=0) if tok \
-        else np.zeros((1, 0))
-    sizes = [len(rows)] + [len(known.sets[s]) for s in other]
-    if math.prod(sizes) > HALF_CERTIFY_POINTS:
-        raise CompileError(
-            f"{where.source}\n  {where.name}: precision='half' certifies an op by replaying it on "
-            f"every value its inputs can take together, and this op's inputs take "
-            f"{math.prod(sizes):,} combinations (more than {HALF_CERTIFY_POINTS:,}); narrow "
-            f"their ranges (tw.claim), or {ADVICE}")
-    grid = list(itertools.product(range(len(rows)), *[known.sets[s] for s in other]))
-    idx = np.array([g[0] for g in grid], dtype=np.int64)
-    out = {s: rows[idx, c] for c, s in enumerate(tok)}
-    for c, s in enumerate(other):
-        out[s] = np.array([g[c + 1] for g in grid], dtype=np.float64)
-    keep = np.ones(len(idx), dtype=bool)
-    for form, rng in known.bounds():  # points a claim or a node's facts rule out never occur
-        if form.terms and set(form.terms) <= set(out) and rng.finite:
-            value, _ = _eval(form, out, len(idx))
-            keep &= (value >= rng.lo) & (value <= rng.hi)
-            if rng.step:
-                k = (value - float(rng.offset)) / float(rng.step)
-                keep &= np.abs(k - np.round(k)) < 1e-9
-    if not keep.any():
-        keep[0] = True  # (an empty domain: keep one point, so shapes stay defined)
-    return {s: v[keep] for s, v in out.items()}, False
-
-
-def _eval(lin: Lin, cols: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``lin`` on the domain, and its terms [n, k + 1] (the constant included), with each
-    coefficient as the checkpoint stores it (float32: lowering's float dust, such as a knot
-    at 6.000000000000001, is not in the weights)."""
-    terms = [np.full(n, _stored(lin.const))] + [_stored(c) * cols[s]
-                                                 for s, c in lin.terms.items()]
-    t = np.stack(terms, axis=1)
-    return t.sum(axis=1), t
-
-
-def _stored(c: float) -> float:
-    return float(np.float32(c))
 
 
 def _dot(lin: Lin, cols: dict[int, np.ndarray], n: int, where: Producer, what: str
@@ -245,11 +171,15 @@ def _ffn(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Arithmetic]
     # lane by lane when the joint domain is too large, or when a claimed form (several
     # signals whose sum is declared: the position's digits) would be enumerated part by part
     if claimed_parts or any(sid in prog.by_lane for sid in p.outputs) or \
-            _domain_size(known, sorted(reads)) > HALF_CERTIFY_POINTS:
+            domain_size(known, sorted(reads)) > HALF_CERTIFY_POINTS:
         _ffn_by_lane(prog, known, p, arithmetics)
         return
-    cols, by_token = _domain(known, sorted(p.reads()), n_tokens, p)
+    cols, by_token = domain(known, sorted(p.reads()), n_tokens, p)
     n = n_tokens if by_token else len(next(iter(cols.values()))) if cols else 1
+    if n * sum(len(lane.gate.terms) + len(lane.up.terms) + 2 for lane in p.lanes) > \
+            HALF_CERTIFY_WORK:  # many lanes on many points: lane by lane, each on its own
+        _ffn_by_lane(prog, known, p, arithmetics)
+        return
     gates = np.stack([_dot(lane.gate, cols, n, p, "gate") for lane in p.lanes], axis=1)
     ups = np.stack([_dot(lane.up, cols, n, p, "up") for lane in p.lanes], axis=1)
     sids, down = _down_matrix(p)
@@ -310,26 +240,54 @@ def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarra
             f"in an fp32 accumulator, and this op's {what} sums terms too fine or too large "
             f"for fp32 (24 significant bits); keep its values small whole numbers, or {ADVICE}")
     acc = base
-    for v in parts:
-        acc = np.unique((acc[:, None] + v[None, :]).ravel())
-        if len(acc) > HALF_CERTIFY_POINTS:
-            _domain(known, sorted(lin.signals()), 0, where)  # raises: too many values
+    for v in parts:  # the sums, a slice of v at a time (memory), refused when too many
+        if len(acc) * len(v) > HALF_CERTIFY_WORK:
+            raise too_many(where, f"this op's {what} sums {len(acc):,} x {len(v):,} values of "
+                                  f"its terms (more than {HALF_CERTIFY_WORK:,})")
+        step = max(1, HALF_CERTIFY_POINTS // len(acc))
+        sums = np.unique((acc[:, None] + v[None, :step]).ravel())
+        for i in range(step, len(v), step):
+            sums = np.union1d(sums, (acc[:, None] + v[None, i:i + step]).ravel())
+            if len(sums) > HALF_CERTIFY_POINTS:
+                break
+        if len(sums) > HALF_CERTIFY_POINTS:
+            raise too_many(where, f"this op's {what} takes more than "
+                                  f"{HALF_CERTIFY_POINTS:,} values")
+        acc = sums
     return acc
+
+
+def _exact_lane(gate: np.ndarray, up: np.ndarray, act: str) -> bool:
+    """Whether the lane computes its exact value at every point in every arithmetic."""
+    exact = np.maximum(gate, 0.0) * up
+    return all(np.array_equal(a.lanes(gate, up, act), exact) for a in ARITHMETICS.values())
 
 
 def _lane_points(prog: Program, known: Known, lane: Lane, p: FFN
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(gate, up) [points, 1] at every pair of values the lane can see: the gate's values
     with a constant up (a hinge), the pairs of two independent value sets (a product of two
-    streams), else the joint domain of what both read."""
+    streams), else the joint domain of what both read. Where that joint domain is large
+    (a selection's key feature, many indicator columns, times the position's digits), the
+    pairs of the gate's and the up's values first: a superset of the joint domain's pairs
+    (each by its claim where one covers it), taken when the lane is exact on every pair."""
     g_reads, u_reads = lane.gate.signals(), lane.up.signals()
-    if not u_reads or not g_reads or not (g_reads & u_reads):
-        gate = _lin_values(known, lane.gate, p, "gate")
-        up = _lin_values(known, lane.up, p, "up")
-        if len(gate) * len(up) <= HALF_CERTIFY_POINTS:
-            pairs = np.stack(np.meshgrid(gate, up, indexing="ij"), -1).reshape(-1, 2)
-            return pairs[:, :1], pairs[:, 1:]
-    cols, by_token = _domain(known, sorted(g_reads | u_reads), len(prog.vocab.tokens), p)
+    joint = sorted(g_reads | u_reads)
+    shared = bool(g_reads & u_reads)
+    if not u_reads or not g_reads or not shared or \
+            domain_size(known, joint) > HALF_JOINT_POINTS:
+        try:
+            gate = _lin_values(known, lane.gate, p, "gate")
+            up = _lin_values(known, lane.up, p, "up")
+        except CompileError:
+            if not shared:
+                raise
+        else:
+            if len(gate) * len(up) <= HALF_CERTIFY_POINTS:
+                pairs = np.stack(np.meshgrid(gate, up, indexing="ij"), -1).reshape(-1, 2)
+                if not shared or _exact_lane(pairs[:, :1], pairs[:, 1:], prog.machine.act):
+                    return pairs[:, :1], pairs[:, 1:]
+    cols, by_token = domain(known, joint, len(prog.vocab.tokens), p)
     n = len(prog.vocab.tokens) if by_token else len(next(iter(cols.values()))) if cols else 1
     return (_dot(lane.gate, cols, n, p, "gate")[:, None],
             _dot(lane.up, cols, n, p, "up")[:, None])
@@ -342,9 +300,17 @@ def _ffn_by_lane(prog: Program, known: Known, p: FFN, arithmetics: dict[str, Ari
     2**(24 - g)), and its result a number both half formats hold: every multiple of 2**-g
     within the output's range (its facts) is one. The output's values: those multiples."""
     sids, down = _down_matrix(p)
-    peak, bits = np.zeros(len(p.lanes)), 0
+    peak, bits, work = np.zeros(len(p.lanes)), 0, 0
     for i, lane in enumerate(p.lanes):
         gate, up = _lane_points(prog, known, lane, p)
+        work += len(gate) * (len(lane.gate.terms) + len(lane.up.terms) + 2)
+        if work > HALF_CERTIFY_WORK:  # lanes each within HALF_CERTIFY_POINTS, many of them
+            raise CompileError(
+                f"{p.source}\n  {p.name}: precision='half' certifies an op by replaying each "
+                f"of its lanes on every value its inputs can take together, and the values "
+                f"of its lanes' terms (the first {i + 1} of {len(p.lanes)} lanes) already "
+                f"number more than {HALF_CERTIFY_WORK:,}; narrow the ranges of what it reads "
+                f"(tw.claim), or {ADVICE}")
         exact = np.maximum(gate, 0.0) * up
         for name, arith in arithmetics.items():
             got = arith.lanes(gate, up, prog.machine.act)

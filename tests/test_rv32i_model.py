@@ -3,8 +3,8 @@ greedy output (the in-process runtime of the compiled weights) equals the record
 interpreter's steps print (examples/rv32i/trace.py), on hand-assembled programs of its subset
 and on the C program hello.elf; and `python -m examples.rv32i run` refuses what is outside it.
 
-The compiled checks are slow (the build takes about 60-90 s on 2 cores, hello's 688 tokens
-another minute): `make test-all` runs them."""
+The compiled checks are slow (about 2 minutes on 2 cores: the build, hello's 688 tokens in
+47 s): `make test-all` runs them."""
 
 from __future__ import annotations
 
@@ -49,8 +49,15 @@ IMAGES = {name: asm.image(words, {DATA + 8: b"hi!"} if name == "memory" else Non
 
 @pytest.fixture(scope="module")
 def compiled():
+    """The build, run on one thread (conftest's two threads on a busy 2-core machine made each
+    generated token many times slower)."""
+    import torch
+
     from examples.rv32i import model
-    return model.program.compile()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield model.program.compile()
+    torch.set_num_threads(before)
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The rv32i command line.
 
     python -m examples.rv32i ref PROG.elf [--max-instructions N] [--check] [--trace FILE]
-    python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf] [--verify]
+    python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf]
+                                          [--verify] [--max-seq-len L]
     python -m examples.rv32i qemu PROG.elf ...
 
 ``ref`` runs the program on the reference interpreter: stdout gets exactly what the program
@@ -83,7 +84,8 @@ def _ref(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from examples.rv32i import run
-    return run.main(args.program, args.backend, args.max_instructions, args.verify)
+    return run.main(args.program, args.backend, args.max_instructions, args.verify,
+                    args.max_seq_len)
 
 
 def _qemu(args: argparse.Namespace) -> int:
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("program")
     run.add_argument("--max-instructions", type=int, default=None)
     run.add_argument("--backend", choices=("runtime", "hf", "llama"), default="runtime")
+    run.add_argument("--max-seq-len", type=int, default=None,
+                     help="build the interpreter for this length (default: model.program's)")
     run.add_argument("--verify", action="store_true",
                      help="the reference proposes the trace, the model confirms it "
                           "teacher-forced")

@@ -72,20 +72,33 @@ def _nonzero_words(image: elf.Image) -> list[int]:
     return [image.base + i for i in range(0, len(mem), 4) if any(mem[i:i + 4])]
 
 
+_PROGRAMS: dict[int, object] = {}
+
+
+def program(max_seq_len: int | None = None):
+    """The compiled interpreter at ``max_seq_len`` (None: ``model.program``'s), built once."""
+    model = _model()
+    if max_seq_len is None or max_seq_len == model.program.options.max_seq_len:
+        return model.program
+    if max_seq_len not in _PROGRAMS:
+        _PROGRAMS[max_seq_len] = model.make(max_seq_len=max_seq_len)
+    return _PROGRAMS[max_seq_len]
+
+
 def _model():
     from examples.rv32i import model
     return model
 
 
-def load(backend: str):
+def load(backend: str, max_seq_len: int | None = None):
     """The backend's model, built (or loaded from the cache) before any timing."""
-    program = _model().program
+    compiled = program(max_seq_len)
     if backend == "runtime":
-        return program.compile()
+        return compiled.compile()
     if backend == "hf":
         import torch
         from transformers import AutoModelForCausalLM
-        return AutoModelForCausalLM.from_pretrained(str(_saved(program)), dtype=torch.float32)
+        return AutoModelForCausalLM.from_pretrained(str(_saved(compiled)), dtype=torch.float32)
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf)")
 
 
@@ -109,13 +122,14 @@ def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf)")
 
 
-def _saved(program) -> Path:
-    """The Phi-3 directory of the current model.py, saved once (keyed by its source)."""
+def _saved(compiled) -> Path:
+    """The Phi-3 directory of the current model.py at this length, saved once (keyed by the
+    source and max_seq_len)."""
     digest = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes()).hexdigest()[:12]
-    out = CACHE / f"hf-{digest}"
+    out = CACHE / f"hf-{digest}-{compiled.options.max_seq_len}"
     if not (out / "config.json").exists():
         print(f"rv32i: building the checkpoint into {out}", file=sys.stderr)
-        program.compile().save_pretrained(out)
+        compiled.compile().save_pretrained(out)
     return out
 
 
@@ -136,15 +150,17 @@ def verify(compiled, prepared: Prepared) -> int | None:
     return None
 
 
-def main(path: str, backend: str, max_instructions: int | None, check: bool) -> int:
-    max_seq_len = _model().program.options.max_seq_len
+def main(path: str, backend: str, max_instructions: int | None, check: bool,
+         max_seq_len: int | None = None) -> int:
+    chosen = max_seq_len
+    max_seq_len = program(chosen).options.max_seq_len
     try:
         prepared = prepare(path, max_instructions, max_seq_len)
     except (OSError, elf.ElfError, Refused) as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2
     try:
-        loaded = load("runtime" if check else backend)
+        loaded = load("runtime" if check else backend, chosen)
     except Refused as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2

@@ -182,7 +182,8 @@ rv32i-qemu: $(STAMP)
 	$(PY) -m examples.rv32i qemu $(RV_ELFS)
 
 # the compiled interpreter confirms C programs' traces teacher-forced (examples/rv32i/run.py;
-# builds in-process: about 1 minute for hello, 2 for sum at max_seq_len 5376)
+# measured: hello's 688 trace tokens in 16 s, sum's 4,360 at max_seq_len 5376 in 47 s)
 rv32i-verify: $(STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --verify
-	$(PY) -m examples.rv32i run $(RV_DIR)/elf/sum.elf --verify --max-seq-len 5376
+	$(PY) -m examples.rv32i run $(RV_DIR)/elf/sum.elf --verify --max-seq-len 5376; \
+		test $$? -eq 186  # sum exits with 5050 mod 256

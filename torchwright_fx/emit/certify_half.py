@@ -232,8 +232,13 @@ def _lin_values(known: Known, lin: Lin, where: Producer, what: str) -> np.ndarra
         parts.append(claimed)
     base = np.unique(sum((_stored(lin.terms[s]) * known.per_token[s] for s in tok),
                          np.zeros(1)) + _stored(lin.const))
-    bits = max([_fraction_bits(base)] + [_fraction_bits(v) for v in parts])
-    total = float(np.abs(base).max()) + sum(float(np.abs(v).max()) for v in parts)
+    # the accumulator adds the terms one at a time, in an order of its own: every partial sum
+    # stays within the sum of the terms' sizes (a claimed part's and a token's terms taken
+    # one by one: 256 a - 256 b may be 0 as a whole and 256 after its first term)
+    terms = [_stored(lin.terms[s]) * (known.per_token[s] if s in known.per_token
+                                      else known.sets[s]) for s in lin.terms]
+    bits = max([_fraction_bits(base)] + [_fraction_bits(v) for v in parts + terms])
+    total = abs(_stored(lin.const)) + sum(float(np.abs(v).max()) for v in terms)
     if not total * 2.0 ** bits < FP32_EXACT_INTEGERS:
         raise CompileError(
             f"{where.source}\n  {where.name}: precision='half' needs every dot product exact "

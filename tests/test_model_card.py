@@ -123,14 +123,12 @@ def pos_digits(x):
 
 def test_over_long_prompt_through_transformers_is_never_silent(tmp_path, transformers_logs):
     """What plain transformers does with a prompt past max_seq_len (we cannot raise our
-    InputError inside a stock model): the default call refuses (generation_config's
-    max_length), an explicit max_new_tokens runs with transformers' warnings."""
+    InputError inside a stock model): it runs, with its tokenizer's and generate's warnings
+    (nothing past max_seq_len is certified; docs/runtimes.md)."""
     from transformers import pipeline
 
     program = tw.compile(pos_digits, vocab=tw.Vocab("x0123456789"), max_seq_len=64)
     generate = pipeline("text-generation", model=str(program.save_pretrained(tmp_path / "hf")))
-    with pytest.raises(ValueError, match="max_length"):
-        generate("x" * 80, return_full_text=False)
     generate("x" * 80, return_full_text=False, max_new_tokens=3)
     warned = " ".join(r.getMessage() for r in transformers_logs.records)
     assert "(81 > 64)" in warned and "exceeded the model's predefined maximum length" in warned

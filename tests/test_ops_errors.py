@@ -83,8 +83,10 @@ def test_floor_of_a_wide_claim_uses_the_known_range():
         return torch.floor(v)
 
     program = tw.compile(prog, vocab=tw.Vocab("abcdefg"), max_seq_len=8).compile()
-    ids = program.vocab.encode("abcdefg")
-    assert program.logits(ids).argmax(-1).tolist() == [i // 3 for i in ids]
+    ids = program.vocab.encode("abcdefg")  # fills max_seq_len: <eos> at its last position
+    want = [i // 3 for i in ids][:-1] + [program.vocab.eos_id]
+    assert program.logits(ids).argmax(-1).tolist() == want
+    assert program.logits(ids[:-1]).argmax(-1).tolist() == [i // 3 for i in ids[:-1]]
 
 
 def test_equality_of_real_valued_streams_is_rejected():

@@ -38,7 +38,7 @@ from torchwright_fx.base.errors import op_name
 from torchwright_fx.capture.propagate import NodeShape, shape
 from torchwright_fx.capture.registry import info, spec_of, using_vocab
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.ir.ranges import BOOL, INEXACT, Interval
+from torchwright_fx.ir.ranges import BOOL, INEXACT, Interval, within_token_values
 from torchwright_fx.ops import ffn
 from torchwright_fx.vocab import Vocab
 
@@ -289,8 +289,24 @@ class Analysis(torch.fx.Interpreter):
                                                            for r in value.ranges])
             if value.forms is None:
                 value = dataclasses.replace(value, forms=self.fresh(value.ranges))
+            value = self._token_ranges(value)
             self.result[n.name] = value
         return value
+
+    def _token_ranges(self, value: NodeFacts) -> NodeFacts:
+        """Each column that is an affine form of the token stream's atoms bounded by its
+        values over the vocabulary (as lowering does: ``lower/lowering.py: token_ranges``)."""
+        assert value.forms is not None and self.tokens.forms is not None
+        index = {next(iter(f.terms)): t for t, f in enumerate(self.tokens.forms)}
+        ranges = list(value.ranges)
+        for c, form in enumerate(value.forms):
+            if form.terms and all(a in index for a in form.terms):
+                per_token = [form.const] * len(index)
+                for a, k in form.terms.items():
+                    per_token[index[a]] += k
+                ranges[c] = within_token_values(ranges[c], per_token)
+        return value if ranges == list(value.ranges) else dataclasses.replace(value,
+                                                                              ranges=ranges)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         return self._call(target, args, kwargs)

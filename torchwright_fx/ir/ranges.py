@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -348,3 +349,13 @@ class Interval:
 
 
 BOOL = Interval(0.0, 1.0, True)
+
+
+def within_token_values(r: Interval, values: Sequence[float]) -> Interval:
+    """``r`` bounded by ``values``, the only values of a column that is a function of the
+    current token (one per vocabulary entry): an affine form of the one-hot token stream
+    (``x @ M``, a sum of indicators) takes one of them at every position."""
+    lo, hi = max(r.lo, min(values)), min(r.hi, max(values))
+    if (lo, hi) == (r.lo, r.hi) or lo > hi:
+        return r
+    return dataclasses.replace(r, lo=lo, hi=hi)

@@ -8,7 +8,6 @@ here: a rule raises ``CompileError`` (via ``ctx.error``) or a construction's ``R
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -32,7 +31,7 @@ from torchwright_fx.base.machines import (
 )
 from torchwright_fx.capture.registry import info, spec_of, using_vocab
 from torchwright_fx.ir.graph import NodeRecord, Program
-from torchwright_fx.ir.ranges import BOOL
+from torchwright_fx.ir.ranges import BOOL, within_token_values
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable, end_of_context
 from torchwright_fx.lower.rules import exact_within, noise_origin
@@ -106,20 +105,19 @@ def _has_lowered(value: Any) -> bool:
     return False
 
 
-def token_ranges(prog: Program, value: Stream) -> Stream:
-    """``value`` with each column that reads only embedding columns (a function of the current
-    token: ``x @ M``, a sum of is_token indicators) bounded by its values over the vocabulary,
-    where they are tighter than the ranges the op's rule added up. Exactly one column of the
-    one-hot token stream is 1 at each position, so those values are the column's only ones."""
+def token_ranges(tokens: Stream, value: Stream) -> Stream:
+    """``value`` with each column that is an affine form of the one-hot token stream (``x @
+    M``, a sum of is_token indicators) bounded by its values over the vocabulary, where they
+    are tighter than the ranges the op's rule added up (exactly one token column is 1 at each
+    position). The analysis does the same (``analysis/facts.py``)."""
+    index = {next(iter(col.terms)): t for t, col in enumerate(tokens.cols)}
     ranges = list(value.ranges)
     for c, (col, r) in enumerate(zip(value.cols, value.ranges, strict=True)):
-        if not col.terms or not all(s in prog.embed_tables for s in col.terms):
-            continue
-        per_token = [col.const + sum(k * prog.embed_tables[s][t] for s, k in col.terms.items())
-                     for t in range(len(prog.vocab))]
-        lo, hi = max(r.lo, min(per_token)), min(r.hi, max(per_token))
-        if (lo, hi) != (r.lo, r.hi) and lo <= hi:
-            ranges[c] = dataclasses.replace(r, lo=lo, hi=hi)
+        if col.terms and all(s in index for s in col.terms):
+            per_token = [col.const] * len(index)
+            for s, k in col.terms.items():
+                per_token[index[s]] += k
+            ranges[c] = within_token_values(r, per_token)
     return value if ranges == list(value.ranges) else Stream(value.cols, ranges)
 
 
@@ -152,7 +150,7 @@ class Lowering(torch.fx.Interpreter):
         with ffn.recording_approximations(log):
             value = super().run_node(n)
         if isinstance(value, Stream):
-            value = token_ranges(self.prog, value)
+            value = token_ranges(self.tokens, value)
         self.prog.approximations += [f"{node_source(n)}: {what}" for what in log or []]
         if isinstance(value, Stream):
             self.prog.nodes[n.name] = NodeRecord(

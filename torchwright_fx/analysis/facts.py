@@ -295,16 +295,10 @@ class Analysis(torch.fx.Interpreter):
 
     def _token_ranges(self, value: NodeFacts) -> NodeFacts:
         """Each column that is an affine form of the token stream's atoms bounded by its
-        values over the vocabulary (as lowering does: ``lower/lowering.py: token_ranges``)."""
+        values over the vocabulary, as lowering does (``ir.ranges.within_token_values``)."""
         assert value.forms is not None and self.tokens.forms is not None
-        index = {next(iter(f.terms)): t for t, f in enumerate(self.tokens.forms)}
-        ranges = list(value.ranges)
-        for c, form in enumerate(value.forms):
-            if form.terms and all(a in index for a in form.terms):
-                per_token = [form.const] * len(index)
-                for a, k in form.terms.items():
-                    per_token[index[a]] += k
-                ranges[c] = within_token_values(ranges[c], per_token)
+        ranges = [within_token_values(r, f, self.tokens.forms)
+                  for f, r in zip(value.forms, value.ranges, strict=True)]
         return value if ranges == list(value.ranges) else dataclasses.replace(value,
                                                                               ranges=ranges)
 

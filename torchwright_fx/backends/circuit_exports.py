@@ -35,6 +35,7 @@ import torch.fx
 from torchwright_fx.base.errors import node_source, op_name
 from torchwright_fx.emit.placement import CANCEL, Placement
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
+from torchwright_fx.ops.end import NAME as END_NAME
 from torchwright_fx.schedule.plan import Plan
 
 EDGES_FORMAT = "torchwright_fx.edges/1"
@@ -44,7 +45,7 @@ COMPONENTS_FILE = "components.json"
 GRANULARITIES = ("head", "qkv", "neuron")
 KINDS = ("program", "cancel", "reuse", "end")  # by precedence, when a coarser edge merges several
 INPUT, LOGITS = "input", "logits"
-END = ".end_of_context"  # the names of the end-of-context flag's producers (ops/end.py)
+END = f".{END_NAME}"  # in the names of the end-of-context flag's producers
 
 # -- the role taxonomy ----------------------------------------------------------------------------
 ROLES: dict[str, str] = {

@@ -34,6 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -351,10 +352,17 @@ class Interval:
 BOOL = Interval(0.0, 1.0, True)
 
 
-def within_token_values(r: Interval, values: Sequence[float]) -> Interval:
-    """``r`` bounded by ``values``, the only values of a column that is a function of the
-    current token (one per vocabulary entry): an affine form of the one-hot token stream
-    (``x @ M``, a sum of indicators) takes one of them at every position."""
+def within_token_values(r: Interval, form: Any, tokens: Sequence[Any]) -> Interval:
+    """``r`` bounded by the values of ``form`` (a ``Lin``) over the vocabulary when it is an
+    affine form of ``tokens``, the one-hot token stream's forms (one term each): exactly one of
+    them is 1 at each position, so those values are the column's only ones (``x @ M``, a sum of
+    indicators). Lowering and the analysis both apply it to every node."""
+    index = {next(iter(t.terms)): i for i, t in enumerate(tokens)}
+    if not form.terms or not all(s in index for s in form.terms):
+        return r
+    values = [form.const] * len(index)
+    for s, k in form.terms.items():
+        values[index[s]] += k
     lo, hi = max(r.lo, min(values)), min(r.hi, max(values))
     if (lo, hi) == (r.lo, r.hi) or lo > hi:
         return r

@@ -106,18 +106,10 @@ def _has_lowered(value: Any) -> bool:
 
 
 def token_ranges(tokens: Stream, value: Stream) -> Stream:
-    """``value`` with each column that is an affine form of the one-hot token stream (``x @
-    M``, a sum of is_token indicators) bounded by its values over the vocabulary, where they
-    are tighter than the ranges the op's rule added up (exactly one token column is 1 at each
-    position). The analysis does the same (``analysis/facts.py``)."""
-    index = {next(iter(col.terms)): t for t, col in enumerate(tokens.cols)}
-    ranges = list(value.ranges)
-    for c, (col, r) in enumerate(zip(value.cols, value.ranges, strict=True)):
-        if col.terms and all(s in index for s in col.terms):
-            per_token = [col.const] * len(index)
-            for s, k in col.terms.items():
-                per_token[index[s]] += k
-            ranges[c] = within_token_values(r, per_token)
+    """``value`` with each column that is an affine form of the one-hot token stream bounded
+    by its values over the vocabulary (``ir.ranges.within_token_values``)."""
+    ranges = [within_token_values(r, col, tokens.cols)
+              for col, r in zip(value.cols, value.ranges, strict=True)]
     return value if ranges == list(value.ranges) else Stream(value.cols, ranges)
 
 

@@ -61,6 +61,8 @@ def end_of_context(prog: Program, geom: Geometry, bos: Lin, name: str, source: s
     and lm_head's gain for it are certified at this length and vocabulary; else leave the
     program as it is (the directory then caps generation with max_length)."""
     gain = decode.end_gain(prog)
-    if gain is None or not end.certified(geom.max_seq_len):
+    if gain is None:
         return
-    prog.end_flag, prog.end_gain = end.end_flag(prog, geom, bos, name, source), gain
+    flag = end.end_flag(prog, geom, bos, name, source)
+    if flag is not None:
+        prog.end_flag, prog.end_gain = flag, gain

@@ -63,16 +63,27 @@ def _integer_error(w: torch.Tensor, w0: torch.Tensor, mags: torch.Tensor, noise:
     return bound if bound < FP32_UNIT else None
 
 
+def _magnitudes(prog: Program, out: Lin) -> torch.Tensor:
+    """|h_i| bounds of the output's terms, from their facts (noise included)."""
+    return torch.tensor([prog.signals[s].range.magnitude + prog.signals[s].range.noise
+                         for s in out.terms], dtype=torch.float64)
+
+
+def _row_error(w: torch.Tensor, w0: torch.Tensor, mags: torch.Tensor, roundings: int) -> float:
+    """A bound on any logit row's fp32 error: ``roundings * u * (sum_i |w_i| |h_i| + |w0|)``."""
+    return float((roundings * FP32_UNIT * ((w.abs() * mags[None, :]).sum(dim=1)
+                                           + w0.abs())).max())
+
+
 def margin(prog: Program, out: Lin, rng: Interval) -> float:
     """The certified logit margin of decoding ``out`` (facts ``rng``): <= 0 if none."""
     if rng.noise >= 0.5:
         return -math.inf
     w, w0, _ = _weights(prog, out, rng)
     facts = [prog.signals[s].range for s in out.terms]
-    mags = torch.tensor([r.magnitude + r.noise for r in facts], dtype=torch.float64)
     noise = torch.tensor([r.noise for r in facts], dtype=torch.float64)
-    k = len(facts) + 1
-    error = float(((k + 1) * FP32_UNIT * ((w.abs() * mags[None, :]).sum(dim=1) + w0.abs())).max())
+    mags = _magnitudes(prog, out)
+    error = _row_error(w, w0, mags, len(facts) + 2)
     exact = _integer_error(w, w0, mags, noise, all(r.integral for r in facts))
     if exact is not None:
         error = min(error, exact)
@@ -94,11 +105,9 @@ def end_gain(prog: Program) -> float | None:
     if not (r.finite and math.isfinite(r.noise)):
         return None
     d = max(abs(r.lo - r.noise - eos), abs(r.hi + r.noise - eos))
+    k = len(out.terms) + 2  # the output's terms, its constant and E
     w, w0, _ = _weights(prog, out, r)
-    facts = [prog.signals[s].range for s in out.terms]
-    mags = torch.tensor([f.magnitude + f.noise for f in facts], dtype=torch.float64)
-    k = len(facts) + 2  # the output's terms, its constant and E
-    err = float((k * FP32_UNIT * ((w.abs() * mags[None, :]).sum(dim=1) + w0.abs())).max())
+    err = _row_error(w, w0, _magnitudes(prog, out), k)
     low, high = end.lowest_at_end(), end.flag_range().hi
     room = low - 2 * k * FP32_UNIT * high
     if room <= low / 2:

@@ -214,6 +214,11 @@ def print_answer(x: torch.Tensor, operands: Operands, digits: Sequence[torch.Ten
     last = total((length - 1 + neg) * lengths[(length, neg)] for length, neg in cases)
     negative = total(lengths[c] for c in cases if c[1])
     sign_at = [lengths.get((k, True), torch.zeros_like(newline)) for k in range(1, m_neg + 1)]
+    # The digits are 0..9 at every position (each a column sum less ten times its carry);
+    # claimed before the latch, which copies only what fp16 and bf16 hold in a half build
+    # (the compiler's own intervals, sums of their terms' extremes, reach 379).
+    digits = [tw.claim(d, 0, 9, integral=True) for d in digits]
+    neg_digits = [tw.claim(d, 0, 9, integral=True) for d in neg_digits]
     held = tw.latch(torch.cat([last, negative, *sign_at, *digits, *neg_digits], -1), newline)
     # What the newline (or <bos>) holds, claimed: the compiler's own intervals for the
     # digits (sums of their terms' extremes) grow with N, and so would the output's.

@@ -60,7 +60,8 @@ def fold(cols: list[Any], carry_in: Any, bounds: list[int], keep: Any
         top = bounds[k] + most  # bounds x_k + carry_k
         most = top // 10
         carry.append(tw.lookup(col + carry[k], {v: v // 10 for v in range(top + 1)}))
-    digits = [cols[k] + carry[k] - 10 * carry[k + 1] for k in range(len(cols))]
+    digits = [tw.claim(cols[k] + carry[k] - 10 * carry[k + 1], 0, 9, integral=True)
+              for k in range(len(cols))]
     digits = [torch.where(keep, d, 0.0) if k < len(cols) - 2 else d  # (the last two: no
               for k, d in enumerate(digits)]  # layer after the fold's end)
     return carry, digits
@@ -110,9 +111,12 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         # column at or above k is non-zero or column k-1 passes a carry on
         # (x_{k-1} + carry_{k-1} >= 10): one comparison, in the same layer as that carry.
         # (For '-' this row is zero: every such test is 0.)
+        # (Which columns are non-zero is counted, not their sum: a sum of columns reaches
+        # 81 N**2, beyond what a step reads in half precision.)
+        nonzero = [(col >= 1).float() for col in cols]
         lead = [1 - is_sub]
         for k in range(1, m):
-            above = sum(cols[j] for j in range(k, m))
+            above = sum(nonzero[j] for j in range(k, m))
             lead.append(((10 * above + cols[k - 1] + carry[k - 1]) >= 10).float())
         return _calc.print_result(x, ops, digits, lead, up_digits, down_digits, a_ge_b)
 

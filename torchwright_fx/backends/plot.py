@@ -79,7 +79,8 @@ def bars(prog: Program, plan: Plan) -> list[Bar]:
     the reserved columns first."""
     end = end_stage(plan.n_layers)
     out = [Bar("1.0 (constant)", "reserved", plan.const_col, 1, EMBED_STAGE, end, None)]
-    out += [Bar("RMSNorm pin", "reserved", c, 1, EMBED_STAGE, end, None) for c in plan.pin_cols]
+    pin = "1.0 (second constant)" if prog.precision.half else "RMSNorm pin"  # columns.py
+    out += [Bar(pin, "reserved", c, 1, EMBED_STAGE, end, None) for c in plan.pin_cols]
     spans = plan.lifetimes(prog)
     labels = signal_labels(prog)
     keyed = []
@@ -141,8 +142,10 @@ def plan_text(prog: Program, plan: Plan, placement: Placement, title: str = "") 
     lines = [f"plan{' of ' + title if title else ''}: {plan.n_layers} "
              f"{_plural(plan.n_layers, 'layer')}, "
              f"d_model={plan.d_model} (column {plan.const_col}: the constant 1.0, "
-             f"{_plural(pins, 'column')} {_columns(plan.pin_cols)}: RMSNorm {_plural(pins, 'pin')}"
-             f"), {placement.n_heads} heads/layer, {placement.d_ff} lanes/layer"]
+             + (f"{_plural(pins, 'column')} {_columns(plan.pin_cols)}: "
+                + ("a second constant" if prog.precision.half else
+                   f"RMSNorm {_plural(pins, 'pin')}") if pins else "no other reserved column")
+             + f"), {placement.n_heads} heads/layer, {placement.d_ff} lanes/layer"]
     embedded = sorted((plan.columns[s], s) for s in prog.live_signals()
                       if prog.signals[s].producer == EMBED)
     lines.append(f"embedding: {len(embedded)} {_plural(len(embedded), 'value')}")

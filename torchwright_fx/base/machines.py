@@ -15,6 +15,7 @@ whole numbers it holds exactly and how far one rounding may move a value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -78,6 +79,18 @@ class FloatFormat:
     name: str
     significand_bits: int
     max_finite: float
+    min_normal: float  # the smallest normal number: below it, subnormals keep fewer bits
+
+    def holds(self, x: float) -> bool:
+        """Whether ``x`` is a number of this format (finite, not rounded by it)."""
+        if x == 0.0:
+            return True
+        if not math.isfinite(x) or abs(x) > self.max_finite:
+            return False
+        _, e = math.frexp(abs(x))  # |x| = m * 2**e, m in [0.5, 1)
+        quantum = max(math.ldexp(1.0, e - self.significand_bits),
+                      math.ldexp(self.min_normal, 1 - self.significand_bits))
+        return (x / quantum).is_integer()
 
     @property
     def exact_integers(self) -> int:
@@ -93,10 +106,32 @@ class FloatFormat:
         return self.name
 
 
-FP32 = FloatFormat("fp32", 24, 3.4028234663852886e38)
-FP16 = FloatFormat("fp16", 11, 65504.0)
-BF16 = FloatFormat("bf16", 8, 3.3895313892515355e38)
+FP32 = FloatFormat("fp32", 24, 3.4028234663852886e38, 2.0 ** -126)
+FP16 = FloatFormat("fp16", 11, 65504.0, 2.0 ** -14)
+BF16 = FloatFormat("bf16", 8, 3.3895313892515355e38, 2.0 ** -126)
 FORMATS: dict[str, FloatFormat] = {f.name: f for f in (FP32, FP16, BF16)}
+
+
+def half_holds(x: float) -> bool:
+    """Whether ``x`` is a number both fp16 and bf16 hold (a half build's every weight)."""
+    return FP16.holds(x) and BF16.holds(x)
+
+
+def half_parts(x: float) -> tuple[float, ...]:
+    """``x`` as at most two numbers fp16 and bf16 both hold whose sum is exactly ``x`` (and
+    stays exact in an fp32 accumulator: both are multiples of x's last bit), or () when there
+    are none: the first is x cut to bf16's 8 significant bits, the second the rest. A half
+    build's constant that bf16 does not hold (a step at 259 reads ``128 * 259``) is read from
+    two constant columns this way (``emit/emitter.py``)."""
+    if half_holds(x):
+        return (x,)
+    if not math.isfinite(x):
+        return ()
+    _, e = math.frexp(abs(x))
+    quantum = math.ldexp(1.0, e - BF16.significand_bits)
+    high = math.copysign(math.floor(abs(x) / quantum) * quantum, x)
+    parts = (high, x - high)
+    return parts if all(half_holds(p) for p in parts) else ()
 
 
 @dataclass(frozen=True)

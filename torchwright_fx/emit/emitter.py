@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from torchwright_fx.base.machines import half_parts
 from torchwright_fx.base.numerics import RMS_EPS
 from torchwright_fx.emit import half
 from torchwright_fx.emit.machine import LayerWeights, Machine
@@ -37,10 +39,22 @@ class _Writer:
         # precision stores it as the reader scale itself: emit/half.py)
         self.const_scaled = const_scaled
 
+    def _constant(self, value: float) -> dict[int, float]:
+        """A reader's constant weight on the constant column; in a half build, where bf16
+        does not hold it, as two numbers that both formats hold, the second on the second
+        constant column (``schedule.columns.constant_columns``)."""
+        if self.const_scaled or len(self.plan.pin_cols) != 1:
+            return {self.plan.const_col: value}
+        parts = half_parts(float(np.float32(value)))
+        if len(parts) != 2:  # held as it is, or by no split (refused: half_bounds)
+            return {self.plan.const_col: value}
+        return {self.plan.const_col: parts[0], self.plan.pin_cols[0]: parts[1]}
+
     def row(self, lin: Lin, scale: float = 1.0) -> torch.Tensor:
         """A weight row that reads ``lin`` from the (normalised) residual."""
         out = torch.zeros(self.plan.d_model, dtype=torch.float64)
-        out[self.plan.const_col] = lin.const * (scale if self.const_scaled else 1.0)
+        for col, v in self._constant(lin.const * (scale if self.const_scaled else 1.0)).items():
+            out[col] = v
         for s, c in lin.terms.items():
             out[self.plan.columns[s]] += c * scale
         return out
@@ -50,7 +64,7 @@ class _Writer:
         order, without a tensor per row (a tensor op per entry was the emitter's hot spot on
         large programs)."""
         # factor: a scale the constant takes even where the reader scale is not applied to it
-        out = {self.plan.const_col: lin.const * (scale if self.const_scaled else factor)}
+        out = self._constant(lin.const * (scale if self.const_scaled else factor))
         for s, c in lin.terms.items():
             col = self.plan.columns[s]
             out[col] = out.get(col, 0.0) + c * scale
@@ -194,8 +208,9 @@ def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement,
     w = _Writer(prog, plan, const_scaled=False)
     d, vocab = plan.d_model, len(prog.vocab)
     energy = data_energy(prog) if energy is None else energy
-    norm = half.choose_norm(d, energy)
+    norm = half.choose_norm(d, energy, constants=1 + len(plan.pin_cols))
     embed = _embedding(prog, plan, norm.reader_scale)
+    embed[:, plan.pin_cols] = norm.reader_scale  # the second constant column, if any
     gain = torch.full((d,), norm.gain)
     layers = _layers(w, placed, geom.d_head, gain, norm.reader_scale)
     lm_head = half.lm_head(prog, w.row, norm.reader_scale)

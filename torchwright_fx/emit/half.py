@@ -46,17 +46,18 @@ class HalfNorm:
         return 2.0 ** (self.exponent - self.gain_exponent)
 
 
-def choose_norm(d_model: int, data_energy: float) -> HalfNorm:
+def choose_norm(d_model: int, data_energy: float, constants: int = 1) -> HalfNorm:
     """The smallest e whose threshold ``mean(h**2) <= 2**(2e - p)`` holds for fp32 (p = 24,
     the binding format), for the residual's energy bound ``data_energy`` (a sum over
     columns, the constant column's 1 included). The constant column holds the reader scale
     ``2**(e - a)`` instead of 1, so that it reads 1 after the norm and a reader's constant
-    weight is not scaled up (a step's constant, 128 t, times 2**(e - a) overflows fp16)."""
+    weight is not scaled up (a step's constant, 128 t, times 2**(e - a) overflows fp16);
+    ``constants``: how many such columns (``emitter._Writer._constant``)."""
     p = FP32.significand_bits
     e = 1
     while e <= HALF_NORM_EXPONENT:
         scale = 2.0 ** (e - min(e, HALF_GAIN_EXPONENT))
-        mean = (data_energy - 1.0 + scale * scale) / d_model
+        mean = (data_energy - 1.0 + constants * scale * scale) / d_model
         if mean <= 2.0 ** (2 * e - p):
             break
         e += 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.machines import half_parts
 from torchwright_fx.base.numerics import HALF_CERTIFY_POINTS
 from torchwright_fx.ir.graph import Producer, Signal
 from torchwright_fx.ir.linear import Lin
@@ -59,7 +60,9 @@ def evaluate(lin: Lin, cols: dict[int, np.ndarray], n: int) -> tuple[np.ndarray,
     """``lin`` on the domain, and its terms [n, k + 1] (the constant included), with each
     coefficient as the checkpoint stores it (float32: lowering's float dust, such as a knot
     at 6.000000000000001, is not in the weights)."""
-    terms = [np.full(n, stored(lin.const))] + [stored(c) * cols[s] for s, c in lin.terms.items()]
+    const = stored(lin.const)
+    parts = half_parts(const) or (const,)  # two constant columns where bf16 needs them
+    terms = [np.full(n, p) for p in parts] + [stored(c) * cols[s] for s, c in lin.terms.items()]
     t = np.stack(terms, axis=1)
     return t.sum(axis=1), t
 

@@ -2,7 +2,9 @@
 
 Column 0 is the constant; the pins follow (``pin_count``: their count depends on d, see
 ``emit/rmsnorm.py``). A half build has no pin; it has a second constant column instead where
-some constant weight is a number bf16 does not hold (``constant_columns``). A signal owns its column from the sublayer that writes it until its last
+some constant weight is a number bf16 does not hold (``constant_columns``).
+
+A signal owns its column from the sublayer that writes it until its last
 reader. A sublayer can only add, so a column is reused only after its old value is cancelled:
 a self-attention head (the shift-by-0 lobe, exact one-hot weights) reads the dead value and
 writes its negation, leaving exact zeros. Cancels cost heads, so fresh columns are used first

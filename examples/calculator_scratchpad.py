@@ -134,7 +134,10 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
             j = k if k < n else k - n
             sub = 9 * is_sub + ((a["-"][j] - b["-"][j]) if k < n else (b["-"][j] - a["-"][j]))
             mul = sum(a["*"][i] * b["*"][k - i] for i in range(n) if 0 <= k - i < n)
-            cols.append(add + sub + mul)
+            # one operator's terms at a time (the others are 0): claimed, for the latch,
+            # which copies only what fp16 and bf16 hold in a half build
+            most = max(18, 81 * sum(1 for i in range(n) if 0 <= k - i < n))
+            cols.append(tw.claim(add + sub + mul, 0, most, integral=True))
         held = tw.latch(torch.cat(cols, -1), newline)
 
         # start[k]: 1 where t_k's first digit is written, W k steps after the newline (k = M:
@@ -153,7 +156,8 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         # Its digits, most significant first: one staircase per power of ten, each of the
         # total itself (a remainder of a remainder would be a layer more).
         tens = [total] + [torch.floor(total / 10 ** e) for e in range(1, w)]
-        digits = [tens[w - 1 - d] - 10 * (tens[w - d] if d else 0) for d in range(w)]
+        digits = [tw.claim(tens[w - 1 - d] - 10 * (tens[w - d] if d else 0), 0, 9,
+                           integral=True) for d in range(w)]
         first = _calc.total(start[:m])
         out = torch.zeros_like(newline) + eos
         out = out + torch.relu(digits[0] + (zero - eos) - 20 * (1 - first))
@@ -176,8 +180,9 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
             top_nonzero(range(n, m))
         # Column N-1's carry out: for '-', 1 iff A >= B (for the others, any carry).
         a_ge_b = tw.latch(read, start[n])
-        cases = [((is_sub - a_ge_b >= 1).float(), top_high),  # '-', A < B
-                 ((a_ge_b + 10 ** w * is_sub >= 10 ** w + 1).float(), top_low),  # '-', A >= B
+        below = (is_sub - a_ge_b >= 1).float()  # '-', A < B
+        cases = [(below, top_high),
+                 (is_sub - below, top_low),  # '-', A >= B (a_ge_b is 0 or 1 for '-')
                  (1 - is_sub, top_all)]  # '+', '*'
         negative = cases[0][0]
         # The answer's token j is predicted j steps after the '='.

@@ -72,6 +72,7 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
     m = 2 * n  # columns: enough for the longest product (and for the sum's carry)
     pairs = [sum(1 for i in range(n) if 0 <= k - i < n) for k in range(m)]
     bounds = [max(18 if k < n else 0, 81 * pairs[k]) for k in range(m)]
+    half = options.get("precision") == "half"
 
     def calculator_simple(x: torch.Tensor) -> torch.Tensor:
         ops = _calc.Operands(x, n)
@@ -111,12 +112,14 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         # column at or above k is non-zero or column k-1 passes a carry on
         # (x_{k-1} + carry_{k-1} >= 10): one comparison, in the same layer as that carry.
         # (For '-' this row is zero: every such test is 0.)
-        # (Which columns are non-zero is counted, not their sum: a sum of columns reaches
-        # 81 N**2, beyond what a step reads in half precision.)
-        nonzero = [(col >= 1).float() for col in cols]
+        # In half precision the non-zero columns are counted, not summed: a sum of columns
+        # reaches 81 N**2, beyond the ~511 a half step reads (its gate would overflow fp16).
+        # The count costs one column per place, so fp32 builds keep the sum (d_model 64
+        # instead of 128 at N = 3).
+        above_terms = [(col >= 1).float() for col in cols] if half else cols
         lead = [1 - is_sub]
         for k in range(1, m):
-            above = sum(nonzero[j] for j in range(k, m))
+            above = sum(above_terms[j] for j in range(k, m))
             lead.append(((10 * above + cols[k - 1] + carry[k - 1]) >= 10).float())
         return _calc.print_result(x, ops, digits, lead, up_digits, down_digits, a_ge_b)
 

@@ -121,7 +121,11 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
     return {"format": FORMAT, "program": name, "n_layers": len(placement.layers),
             "d_model": plan.d_model, "n_heads": placement.n_heads, "d_head": d_head,
             "d_ff": placement.d_ff, "constant_column": plan.const_col,
-            "pin_columns": list(plan.pin_cols), "nodes": nodes, "cancel_heads": cancels}
+            # a half build has no RMSNorm pin; its reserved column beside the constant, if
+            # any, is a second constant column (schedule/columns.py)
+            "pin_columns": [] if prog.precision.half else list(plan.pin_cols),
+            **({"second_constant_columns": list(plan.pin_cols)} if prog.precision.half else {}),
+            "nodes": nodes, "cancel_heads": cancels}
 
 
 def write(directory: str | os.PathLike, data: dict[str, Any]) -> Path:

@@ -10,8 +10,8 @@ i steps later the model prints bit width-1-i, then ``<eos>``.
 """
 
 # report() for the default build (max_bits=8, max_seq_len=512), heuristic scheduler:
-#   binary_increment: 2 layers (critical-path bound 2), d_model=64 (peak live width 41),
-#   d_head=32, 9 heads/layer, 559 lanes/layer, 363,200 parameters (99.2% zeros)
+#   binary_increment: 2 layers (critical-path bound 2), d_model=48 (peak live width 45),
+#   d_head=32, 9 heads/layer, 559 lanes/layer, 282,384 parameters (99.2% zeros)
 # (the seed: 20/16 layers at d=512, 21.1M parameters). Most lanes are the position inverse
 # behind steps_since (one per position): at max_seq_len=64 it is 111 lanes, 117,440 params.
 # 12, 16 and 24 bits: still 2 layers (d 64, 128, 128).

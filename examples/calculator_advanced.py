@@ -28,8 +28,8 @@ calculator's 5, 7, 9, 11, 13, 15, 17 and 36 at N = 16.
 
 report() for N=3 (default); the seed's build was 36 (26 with CP-SAT) layers at d=1024, 160M
 parameters:
-  calculator_advanced: 8 layers (critical-path bound 8), d_model=128 (peak live width 76),
-  d_head=32, 6 heads/layer (10 used), 161 lanes/layer, 1,287,552 parameters (99.8% zeros)
+  calculator_advanced: 8 layers (critical-path bound 8), d_model=80 (peak live width 77),
+  d_head=32, 6 heads/layer (10 used), 161 lanes/layer, 804,720 parameters (99.8% zeros)
 """
 
 from __future__ import annotations

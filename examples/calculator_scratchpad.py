@@ -33,8 +33,8 @@ compared as a number wider than a column total.
 
 report() for N=3 (default); the seed's build was 16 (10 with CP-SAT) layers at d=3072, 1.06B
 parameters:
-  calculator_scratchpad: 5 layers (critical-path bound 5), d_model=128 (peak live width 72),
-  d_head=32, 8 heads/layer (21 used), 520 lanes/layer, 1,659,776 parameters (99.8% zeros)
+  calculator_scratchpad: 5 layers (critical-path bound 5), d_model=80 (peak live width 73),
+  d_head=32, 8 heads/layer (21 used), 520 lanes/layer, 1,078,960 parameters (99.8% zeros)
 5 layers for every N = 1..16 (the 511 lanes of the position decoder are most of them).
 """
 

@@ -17,8 +17,8 @@ Other prompts (the domain that ``inputs()`` enumerates and the tests check):
 """
 
 # report() for the default build (n_terms=8), heuristic scheduler:
-#   fibonacci: 2 layers (critical-path bound 2), d_model=64 (peak live width 33), d_head=32,
-#   18 heads/layer (18 used), 32 lanes/layer, 310,208 parameters, compiled in 0.1-1.3s
+#   fibonacci: 2 layers (critical-path bound 2), d_model=48 (peak live width 37), d_head=32,
+#   18 heads/layer (18 used), 32 lanes/layer, 233,232 parameters, compiled in 0.1-1.3s
 # (the seed: 9 layers at d=512, 7.5M parameters). 15 of the heads are emit's, one per output
 # position after the first; they carry one value each, so d_head=8 would do
 # (89,024 parameters) where vLLM is not needed.

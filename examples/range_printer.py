@@ -18,8 +18,8 @@ Depth: 1 layer reads the items (and decodes the position), 1 compares m with the
 1 prints.
 
 report() (the seed could not compile this example):
-  range_printer: 3 layers (critical-path bound 3), d_model=64 (peak live width 31), d_head=32,
-  9 heads/layer (11 used), 130 lanes/layer, 298,816 parameters (99.7% zeros)
+  range_printer: 5 layers (critical-path bound 5), d_model=48 (peak live width 41), d_head=32,
+  9 heads/layer (11 used), 130 lanes/layer, 410,256 parameters (99.7% zeros)
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ fp32; a mean is a fraction that fp16 and bf16 do not hold, counts compile in bot
 """
 
 # report() for the default build (max_len=10, max_seq_len 22), heuristic scheduler:
-#   sort_digits_v1: 3 layers (critical-path bound 3), d_model=64 (peak live width 44),
-#   d_head=32, 12 heads/layer (24 used), 210 lanes/layer, 418,112 parameters, compiled in 0.2s
+#   sort_digits_v1: 3 layers (critical-path bound 3), d_model=48 (peak live width 47),
+#   d_head=32, 12 heads/layer (24 used), 210 lanes/layer, 313,584 parameters, compiled in 0.2s
 #   precision="half": 8 layers, d_model=1024, 137 heads (each count: an averaging head and a
 #   search of comparisons, ops/count_half.py), 72.3M parameters (all but 0.05% zeros)
 # (the seed: 26 layers at d=512, 12.7M parameters, and it never stopped).

@@ -740,7 +740,7 @@ def test_claims_that_hold_no_whole_number_fix_the_arithmetic():
     (dict(machine="gelu"), "choose one of None, 'swiglu', 'relu'", dict(machine="relu")),
     (dict(d_head="32"), "a whole number, or None", dict(d_head=None)),
     (dict(d_head=24), "use a power of two >= 8", dict(d_head=8)),
-    (dict(d_model=24), "a power of two >= 16", dict(d_model=None)),
+    (dict(d_model=41), "such as 48 or 64", dict(d_model=48)),
     (dict(max_seq_len=1), "need at least 2 positions", dict(max_seq_len=2)),
     (dict(dump=""), "a directory to write each stage's text into, or None", dict(dump=None)),
 ], ids=["machine", "d_head-type", "d_head-size", "d_model", "max_seq_len", "dump"])

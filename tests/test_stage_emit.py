@@ -114,8 +114,8 @@ def test_weights_sit_where_the_plan_says(machine: str) -> None:
 
     # embedding: constant, pin, the table; nothing else
     assert torch.equal(m.embed[:, 0], torch.ones(len(VOCAB)))
-    assert torch.equal(m.embed[:, 1], torch.full((len(VOCAB),), pins.value))
-    assert m.meta["pin_exponent"] == pins.exponent
+    assert torch.equal(m.embed[:, 1], torch.full((len(VOCAB),), pins.values[0]))
+    assert m.meta["pin_exponent"] == pins.gain_exponent
     assert torch.equal(m.embed[:, col["c"]], torch.tensor(TABLE))
     others = [j for j in range(D) if j not in (0, 1, col["c"])]
     assert not m.embed[:, others].any()

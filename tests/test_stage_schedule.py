@@ -15,10 +15,10 @@ import pytest
 from conftest import ShapeBuilder
 
 from torchwright_fx.base.errors import CompileError, PlanError, WidthError
-from torchwright_fx.emit.rmsnorm import pin_count
 from torchwright_fx.ir.graph import EMBED, Head, Program
 from torchwright_fx.ir.ranges import Interval
 from torchwright_fx.schedule import bounds, columns, heuristic
+from torchwright_fx.schedule.columns import pin_count, usable_width
 from torchwright_fx.schedule.plan import EMBED_STAGE, Plan
 
 UNIT = Interval(0.0, 1.0)
@@ -182,14 +182,22 @@ def test_recycling_pins_of_an_odd_power() -> None:
     plan.check(prog)
 
 
-def test_no_d_model_picks_the_smallest_power_of_two_that_fits() -> None:
+def test_no_d_model_picks_the_tightest_width_that_fits() -> None:
     assert columns.allocate(wide(13), heuristic.schedule(wide(13)), None).d_model == 16
     # 14 signals + the embedding column (held until the FFN reading it is done, so it cannot
-    # be recycled for them) + constant + 1 pin = 17 > 16; 32 has room for all
+    # be recycled for them) + constant + 1 pin = 17 > 16; the next width every runtime takes
+    # (a multiple of 16 the RMSNorm identity holds at) is 32
     prog = wide(14)
     plan = columns.allocate(prog, heuristic.schedule(prog), None)
     assert plan.d_model == 32
     assert_columns_sound(prog, plan)
+    # 41 live columns: 48 = 3 * 4**2 (three pins), not 64
+    prog = wide(40)
+    plan = columns.allocate(prog, heuristic.schedule(prog), None)
+    tightest = min(d for d in range(16, 128) if usable_width(d) and 41 + 1 + pin_count(d) <= d)
+    assert plan.d_model == tightest == 48 and plan.pin_cols == [1, 2, 3]
+    assert_columns_sound(prog, plan)
+    plan.check(prog)
     assert columns.fitting_width(14) == 16 and columns.fitting_width(15) == 32
     assert columns.fitting_width(29) == 32 and columns.fitting_width(30) == 64
 
@@ -202,10 +210,13 @@ def test_too_small_a_d_model_is_refused_with_a_message() -> None:
     assert "does not fit" in str(err.value) and "leave d_model unset" in str(err.value)
 
 
-def test_a_d_model_that_is_not_a_power_of_two_is_refused() -> None:
+def test_a_d_model_the_rmsnorm_identity_does_not_hold_at_is_refused() -> None:
     prog = wide(2)
-    with pytest.raises(CompileError, match=r"d_model=24: the RMSNorm identity"):
-        columns.allocate(prog, heuristic.schedule(prog), 24)
+    with pytest.raises(CompileError, match=r"d_model=41: the RMSNorm identity"):
+        columns.allocate(prog, heuristic.schedule(prog), 41)
+    plan = columns.allocate(prog, heuristic.schedule(prog), 24)  # 24 = 4**2 + 2**2 + 2**2
+    assert plan.d_model == 24 and plan.pin_cols == [1, 2, 3]
+    plan.check(prog)
 
 
 def test_reserved_columns() -> None:

@@ -31,7 +31,6 @@ from torchwright_fx.base.numerics import (
     DEFAULT_LENGTH,
     HALF_D_HEAD,
     HALF_POSITIONS,
-    is_power_of_two,
 )
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
@@ -47,13 +46,14 @@ from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.passes.fold_embedding import fold_embedding
 from torchwright_fx.schedule import bounds, columns, heuristic
+from torchwright_fx.schedule.columns import exact_width, usable_width
 from torchwright_fx.schedule.plan import Plan
 from torchwright_fx.vocab import Vocab
 
 
 @dataclass
 class Options:
-    d_model: int | None = None  # None: the smallest power of two that fits
+    d_model: int | None = None  # None: the width of fewest parameters that fits
     # None: AUTO_D_HEAD (32, the smallest head size that vLLM's CPU attention takes: 32, 64,
     # 80, ...), raised to the smallest power of two up to AUTO_D_HEAD_LIMIT that every head of
     # the program fits when one needs more (a selection on many values, gather or argmax at long
@@ -108,10 +108,13 @@ class Options:
         except GeometryError as e:  # no op to name yet: the advice goes into the message
             raise GeometryError(f"{e}; {e.advice}", e.advice) from None
         if self.d_model is not None and (not isinstance(self.d_model, int) or
-                                         not is_power_of_two(self.d_model) or self.d_model < 16):
-            raise CompileError(f"d_model={self.d_model!r}: a power of two >= 16 (the RMSNorm "
-                               "identity needs a power of two), or None to let the compiler "
-                               "choose the smallest that fits")
+                                         not exact_width(self.d_model) or self.d_model < 16):
+            start = self.d_model if isinstance(self.d_model, int) else 16
+            near = [d for d in range(max(16, start), 2 ** 16) if usable_width(d)][:2]
+            raise CompileError(f"d_model={self.d_model!r}: a width >= 16 at which the RMSNorm "
+                               f"identity holds (fp32 rounds d * fl(1/d) to 1), such as "
+                               f"{near[0]} or {near[1]}, or None to let the compiler choose the "
+                               "width of fewest parameters that fits")
 
     @property
     def half(self) -> bool:

@@ -70,6 +70,10 @@ PIN_MIN_EXPONENT = 44
 # Largest pin exponent: pin**2 summed must stay finite in fp32 (max ~2**128).
 PIN_MAX_EXPONENT = 60
 RMS_EPS = 1e-5
+# Every d_model the compiler picks is a multiple of this: vLLM's CPU RMSNorm kernel refuses a
+# hidden_size that is not a multiple of its vector width (16 fp32 lanes with AVX-512:
+# "Expected hidden_size % VEC_ELEM_NUM == 0"). Powers of two from 16 are multiples of it.
+WIDTH_MULTIPLE = 16
 
 
 def is_power_of_two(n: int) -> bool:

@@ -174,7 +174,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
     placed = placed or place(prog, plan, geom)
 
     embed = _embedding(prog, plan, 1.0)
-    embed[:, plan.pin_cols] = pins.value
+    embed[:, plan.pin_cols] = torch.tensor(pins.values, dtype=torch.float64)
     gain = torch.full((d,), pins.gain)
     layers = _layers(w, placed, geom.d_head, gain)
     final = gain.clone()
@@ -193,7 +193,8 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
         ends_with_eos=prog.end_flag is not None,
-        meta={"pin_exponent": pins.exponent, "data_energy": data_energy(prog),
+        meta={"pin_exponent": pins.gain_exponent, "pin_roots": list(pins.roots),
+              "data_energy": data_energy(prog),
               "layer_heads": [len(la.heads) for la in placed.layers],
               "layer_lanes": [len(la.lane_index) for la in placed.layers],
               "cancel_heads": sum(la.n_cancel for la in placed.layers),

@@ -14,25 +14,75 @@ and a column is recycled only when d runs out.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
 
+import numpy as np
+
 from torchwright_fx.base.errors import WidthError
 from torchwright_fx.base.machines import half_holds
-from torchwright_fx.base.numerics import is_power_of_two
+from torchwright_fx.base.numerics import WIDTH_MULTIPLE, is_power_of_two
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
-from torchwright_fx.schedule.plan import Plan, end_stage
+from torchwright_fx.schedule.cpsat_shape import d_head_of
+from torchwright_fx.schedule.plan import Plan, end_stage, layer_members, layer_of
 
 MIN_D_MODEL, MAX_D_MODEL = 16, 1 << 16  # the widths tried when d_model is left to the compiler
 
 
+@functools.cache
+def pin_squares(d_model: int) -> tuple[int, ...]:
+    """The RMSNorm pins of a width d, as whole numbers a_i whose squares sum to d (each pin is
+    ``a_i * 2**t``, so the pins' squares sum to ``d * 4**t``: ``emit/rmsnorm.py``): as few as
+    possible (one for a square, two for a sum of two squares, at most four by Lagrange's
+    theorem), and among those the ones whose smallest is largest (the energy the pins absorb
+    is set by the smallest). A power of two 2**e gives one pin for e even, two equal ones for
+    e odd."""
+    if d_model < 1:
+        raise ValueError(f"d_model={d_model} must be positive")
+    best: tuple[int, ...] = ()
+
+    def search(rest: int, count: int, most: int, chosen: tuple[int, ...]) -> None:
+        nonlocal best
+        if rest == 0:
+            if not best or len(chosen) < len(best) or (
+                    len(chosen) == len(best) and min(chosen) > min(best)):
+                best = chosen
+            return
+        if count == 0:
+            return
+        for a in range(min(most, math.isqrt(rest)), 0, -1):
+            if a * a * count < rest:  # the rest cannot be reached with count squares <= a
+                break
+            search(rest - a * a, count - 1, a, (*chosen, a))
+
+    for count in range(1, 5):
+        search(d_model, count, d_model, ())
+        if best:
+            return best
+    raise AssertionError(f"Lagrange: {d_model} is a sum of four squares")
+
+
 def pin_count(d_model: int) -> int:
-    """The RMSNorm pin columns of a width d = 2**e: one pin for e even, two for e odd (the
-    pins' squares must sum to d * 4**m; ``emit/rmsnorm.py`` chooses their value)."""
-    if not is_power_of_two(d_model):
-        raise ValueError(f"d_model={d_model} must be a power of two")
-    return 1 if int(math.log2(d_model)) % 2 == 0 else 2
+    """The RMSNorm pin columns of a width d (``pin_squares``)."""
+    return len(pin_squares(d_model))
+
+
+def exact_width(d_model: int) -> bool:
+    """Whether the RMSNorm identity holds at width d in every runtime: the pins' mean of
+    squares is exactly ``4**t`` both when a runtime divides the sum by d (exact: the sum is
+    ``d * 4**t``) and when it multiplies by fl(1/d) (torch's mean: exact when fp32 rounds
+    ``d * fl(1/d)`` to 1, which holds for 1,753 of the widths 16..2048 and every power of
+    two)."""
+    return d_model >= 1 and float(np.float32(d_model) * (np.float32(1.0) / np.float32(d_model))
+                                  ) == 1.0
+
+
+def usable_width(d_model: int) -> bool:
+    """A width every runtime takes: ``exact_width`` and a multiple of WIDTH_MULTIPLE (vLLM's
+    CPU kernels)."""
+    return d_model % WIDTH_MULTIPLE == 0 and exact_width(d_model)
 
 
 def reserved_columns(d_model: int, pins: bool = True) -> int:
@@ -101,28 +151,80 @@ def assign(prog: Program, plan: Plan, d_model: int,
     return columns, cancels
 
 
+class _Cost:
+    """A plan's parameter count as the emitter will size it (``emit/placement.py``): every
+    layer as wide as the busiest in heads (the program's and the cancel heads, one per d_head
+    recycled columns) and in lanes, plus the embedding and lm_head."""
+
+    def __init__(self, prog: Program, plan: Plan):
+        self.d_head = d_head_of(prog) or 1
+        self.heads: list[int] = [len(h) for h, _ in layer_members(prog, plan)]
+        lanes = [len({lane for f in ffns for lane in f.lanes})
+                 for _, ffns in layer_members(prog, plan)]
+        self.d_ff = max([1, *lanes])
+        self.vocab = len(prog.vocab)
+
+    def __call__(self, plan: Plan) -> float:
+        per_layer = [0] * len(self.heads)
+        for stage in plan.cancels.values():
+            per_layer[layer_of(stage)] += 1
+        heads = max([1, *(h + -(-c // self.d_head) for h, c in zip(self.heads, per_layer,
+                                                                    strict=True))])
+        layer = 4 * heads * self.d_head + 3 * self.d_ff + 2
+        return plan.d_model * (len(self.heads) * layer + 2 * self.vocab + 1)
+
+
 def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
-    """A new plan giving every live signal a column (``plan`` itself is left as it was); with
-    no d_model, the smallest power of two that fits."""
-    if d_model is not None:
-        if not is_power_of_two(d_model):
-            raise WidthError(f"d_model={d_model}: the RMSNorm identity needs a power-of-two width")
-        candidates = [d_model]
-    else:
-        candidates = [1 << k for k in range(MIN_D_MODEL.bit_length() - 1,
-                                           MAX_D_MODEL.bit_length())]
-    error: WidthError | None = None
+    """A new plan giving every live signal a column (``plan`` itself is left as it was). With
+    no d_model, the width of fewest parameters among those every runtime takes
+    (``usable_width``), from the live peak up: a tighter width recycles more columns, and each
+    recycled column is zeroed by a cancel head (up to d_head columns per head), which may add a
+    head to every layer (``_cost``)."""
+    half = prog.precision.half
     spans = plan.occupancy(prog)  # the same for every width tried
-    for d in candidates:
+
+    def reserved(d: int) -> int:
+        return constant_columns(prog) if half else reserved_columns(d)
+
+    def build(d: int, cols: dict[int, int], cancels: dict[int, int]) -> Plan:
+        return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
+                                   d_model=d, const_col=0,
+                                   pin_cols=list(range(1, reserved(d))))
+
+    if d_model is not None:
+        if not exact_width(d_model):
+            raise WidthError(f"d_model={d_model}: the RMSNorm identity does not hold at this "
+                             "width (fp32 does not round d * fl(1/d) to 1); leave d_model unset "
+                             "to let the compiler choose, or pick a neighbouring width")
+        # (a width that is not a multiple of WIDTH_MULTIPLE is the user's choice: exact,
+        # but vLLM's CPU kernels refuse it)
+        try:
+            cols, cancels = assign(prog, plan, d_model, spans)
+        except WidthError as e:
+            raise WidthError(f"the program does not fit: {e}; leave d_model unset to pick the "
+                             "smallest width that fits, or schedule with optimize>=1") from None
+        return build(d_model, cols, cancels)
+    peak = plan.live_peak(prog)
+    cost = _Cost(prog, plan)
+    error: WidthError | None = None
+    best: tuple[float, Plan] | None = None
+    d = max(MIN_D_MODEL, peak + 1)
+    while d <= MAX_D_MODEL:
+        if not usable_width(d) or peak + reserved(d) > d:
+            d += 1
+            continue
         try:
             cols, cancels = assign(prog, plan, d, spans)
         except WidthError as e:
             error = e
-            continue
-        return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
-                                   d_model=d, const_col=0,
-                                   pin_cols=list(range(1, constant_columns(prog) if
-                                                       prog.precision.half else
-                                                       reserved_columns(d))))
+        else:
+            candidate = build(d, cols, cancels)
+            if best is None or cost(candidate) < best[0]:
+                best = (cost(candidate), candidate)
+            # a wider plan without cancels only costs more; past a power of two, the
+            # tightest so far is kept (the search is then no worse than powers of two)
+            if not cancels or is_power_of_two(d):
+                return best[1]
+        d += 1
     raise WidthError(f"the program does not fit: {error}; leave d_model unset to pick the "
                      "smallest width that fits, or schedule with optimize>=1")

@@ -137,3 +137,17 @@ def test_traced_shows_each_nodes_facts_and_whole_source_line():
     assert "k/n rounded once" in text  # the mean
     assert "d = tw.code(x) / 10" in text  # a slash in the code is not a directory
     assert "<th>facts</th>" in t._repr_html_()
+
+
+def test_stats_count_the_nonzero_weights_of_the_checkpoint():
+    import examples.adder_1digit as example
+
+    compiled = example.make().compile()
+    m = compiled.build.machine
+    tensors = [m.embed, m.final_norm, m.lm_head,
+               *[t for la in m.layers for t in (la.qkv, la.o, la.gate_up, la.down, la.norm_attn,
+                                                 la.norm_mlp)]]
+    s = compiled.stats()
+    assert s["nonzero_weights"] == sum(int(t.count_nonzero()) for t in tensors)
+    assert 0 < s["nonzero_weights"] < s["parameters"] == sum(t.numel() for t in tensors)
+    assert f"{s['nonzero_weights']:,} nonzero" in compiled.summary()

@@ -389,14 +389,13 @@ class Compiled:
             "critical_path_layers": b.critical_path_layers, "d_model": m.d_model,
             "peak_live_width": b.peak_live_width, "d_head": m.d_head, "heads_per_layer": m.n_heads,
             "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
-            "parameters": m.parameters(), "zero_fraction": m.zero_fraction(),
-            "scheduler": b.plan.scheduler, "status": b.plan.status,
-            "proven_bound": b.plan.proven_bound, "solve_seconds": b.plan.solve_seconds,
-            "compile_seconds": self.compile_seconds,
+            "parameters": m.parameters(), "nonzero_weights": m.nonzero_weights(),
+            "zero_fraction": m.zero_fraction(), "scheduler": b.plan.scheduler,
+            "status": b.plan.status, "proven_bound": b.plan.proven_bound,
+            "solve_seconds": b.plan.solve_seconds, "compile_seconds": self.compile_seconds,
             "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
             "output_margin": m.meta.get("output_margin"), "ends_with_eos": m.ends_with_eos,
-            "approximations": list(b.program.approximations),
-            "precision": b.program.precision.name,
+            "approximations": list(b.program.approximations), "precision": b.program.precision.name,
             "certified": [f.name for f in b.program.precision.formats],
         }
 
@@ -445,7 +444,8 @@ class Compiled:
             f"d_head={s['d_head']}{card.raised(self.build.d_head_reason)}, "
             f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
             f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
-            f"({100 * s['zero_fraction']:.1f}% zeros), machine={s['machine']}, "
+            f"({s['nonzero_weights']:,} nonzero: 1 in "
+            f"{s['parameters'] / max(1, s['nonzero_weights']):.0f}), machine={s['machine']}, "
             f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
             + card.certificate(s)
         )

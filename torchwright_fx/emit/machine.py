@@ -47,12 +47,20 @@ class Machine:
     def n_layers(self) -> int:
         return len(self.layers)
 
-    def parameters(self) -> int:
+    def _tensors(self) -> list[torch.Tensor]:
         tensors = [self.embed, self.final_norm, self.lm_head]
         for layer in self.layers:
             tensors += [layer.qkv, layer.o, layer.gate_up, layer.down, layer.norm_attn,
                         layer.norm_mlp]
-        return sum(t.numel() for t in tensors)
+        return tensors
+
+    def parameters(self) -> int:
+        return sum(t.numel() for t in self._tensors())
+
+    def nonzero_weights(self) -> int:
+        """The parameters that are not zero: what the program uses (the rest of each matrix is
+        there because every Phi-3 layer has one shape)."""
+        return sum(int((t != 0).sum()) for t in self._tensors())
 
     def zero_fraction(self) -> float:
         tensors = [self.embed, self.lm_head, *[t for la in self.layers

@@ -99,18 +99,20 @@ def carry_save(cols: list[Any], bounds: list[int], keep: Any) -> list[Any]:
 
 
 def lookahead(cols: Sequence[Any], carry_in: Any, upper: Sequence[Any] | None = None,
-              off: Any = 0) -> tuple[list[Any], list[Any]]:
+              off: Any = 0, window: int = WINDOW, fan_in: int = FAN_IN
+              ) -> tuple[list[Any], list[Any]]:
     """Carry-lookahead over columns of value <= 18: ``carry[k]`` into column k (k = 1..m-1;
     ``carry[0]`` is ``carry_in``) by a prefix scan, and ``lead[k]``: the result is >= 10**k.
 
     ``upper[k]`` is the plain sum of the columns at and above k (non-negative, > 0 iff one of
     them is): the result is >= 10**k iff that is > 0 or carry[k] is 1. ``off`` = 1 forces
-    every lead to 0. Every lead is ready by the scan's last level.
+    every lead to 0. Every lead is ready by the scan's last level. ``window`` and ``fan_in``:
+    the first level's columns per window and the later levels' groups per comparison.
     """
     m = len(cols)
-    levels, span = 1, WINDOW
+    levels, span = 1, window
     while span < m - 1:
-        levels, span = levels + 1, span * FAN_IN
+        levels, span = levels + 1, span * fan_in
     carry: dict[int, Any] = {0: carry_in}
     lead: dict[int, Any] = {}
     # With one level, a lead shares carry[k]'s inputs: the upper sum, scaled past the
@@ -129,7 +131,7 @@ def lookahead(cols: Sequence[Any], carry_in: Any, upper: Sequence[Any] | None = 
     # column 0 (plus the carry in) gives the carry out of it directly.
     groups: dict[int, tuple[int, Any, Any]] = {}  # hi -> (lo, G, P) of the span lo..hi
     for hi in range(m - 1):
-        lo = max(0, hi - WINDOW + 1)
+        lo = max(0, hi - window + 1)
         value = sum(cols[j] * 10 ** (j - lo) for j in range(lo, hi + 1))
         top = 10 ** (hi - lo + 1)
         if lo == 0:
@@ -148,7 +150,7 @@ def lookahead(cols: Sequence[Any], carry_in: Any, upper: Sequence[Any] | None = 
         nxt: dict[int, tuple[int, Any, Any]] = {}
         for hi, (lo, g, p) in groups.items():
             parts = [(lo, 2 * g + p, p)]
-            while len(parts) < FAN_IN and parts[-1][0] > 0:
+            while len(parts) < fan_in and parts[-1][0] > 0:
                 below = parts[-1][0] - 1
                 if below + 1 in known:
                     parts.append((0, 2 * known[below + 1], None))
@@ -170,6 +172,11 @@ def lookahead(cols: Sequence[Any], carry_in: Any, upper: Sequence[Any] | None = 
 def make(n: int = N, **options: Any) -> tw.Compiled:
     _calc.check_digits(n)
     m = 2 * n
+    # In half precision every weight must stay below fp16's 65504 once multiplied by the
+    # step's sharpness (128) and the norm's reader scale (16 for this program's residual:
+    # docs/half-precision.md): a compared value's coefficients stay at most 16, so windows
+    # of one column and 4 groups per level (one scan level more: 9 layers at N = 3).
+    scan = dict(window=1, fan_in=4) if options.get("precision") == "half" else {}
 
     def calculator_advanced(x: torch.Tensor) -> torch.Tensor:
         ops = _calc.Operands(x, n)
@@ -187,7 +194,7 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         # The result is >= 10**k iff a column at or above k is non-zero or a carry reaches
         # column k: the lookahead decides it with carry[k]. (All 0 for '-'.)
         upper = [sum(cols[j] for j in range(k, m)) for k in range(m)]
-        carry, lead = lookahead(cols, 0, upper)
+        carry, lead = lookahead(cols, 0, upper, **scan)
         digits = [cols[k] + carry[k] - 10 * carry[k + 1] for k in range(m - 1)]
         digits.append(cols[m - 1] + carry[m - 1])  # the carry out of the top is dropped
 
@@ -195,8 +202,8 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         # (N columns, plus one for the carry out of the top: 1 iff A >= B).
         up = [9 * is_sub + a["-"][k] - b["-"][k] for k in range(n)] + [0]
         down = [9 * is_sub + b["-"][k] - a["-"][k] for k in range(n)] + [0]
-        carry_up, _ = lookahead(up, is_sub)
-        carry_down, _ = lookahead(down, is_sub)
+        carry_up, _ = lookahead(up, is_sub, **scan)
+        carry_down, _ = lookahead(down, is_sub, **scan)
         up_digits = [up[k] + carry_up[k] - 10 * carry_up[k + 1] for k in range(n)]
         down_digits = [down[k] + carry_down[k] - 10 * carry_down[k + 1] for k in range(n)]
         return _calc.print_result(x, ops, digits, [1 - is_sub] + lead[1:], up_digits,

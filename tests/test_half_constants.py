@@ -6,6 +6,7 @@ refused ("needs every weight to be an fp16 and bf16 number")."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -81,3 +82,24 @@ def test_no_second_constant_where_none_is_needed(precision):
     compiled = tw.compile(small, vocab=VOCAB, precision=precision).compile()
     assert compiled.build.plan.pin_cols == ([] if precision == "half" else
                                             compiled.build.plan.pin_cols)
+
+
+def test_a_weight_beyond_fp16_is_refused_with_the_coefficient_it_allows():
+    """A comparison of a number weighted by powers of ten: its gate weight 1000 * 128 is
+    beyond fp16's 65504. The refusal says how large a coefficient may be, and comparing the
+    digits instead compiles."""
+    def weighted(x):
+        d = tw.lookup(x, DIGITS, default=0)
+        return tw.token("0") + (1000 * d + tw.shift(d, 1) >= 5000).float()
+
+    def by_digit(x):
+        d = tw.lookup(x, DIGITS, default=0)
+        return tw.token("0") + (d >= 5).float()
+
+    with pytest.raises(tw.CompileError) as e:
+        tw.compile(weighted, vocab=VOCAB, precision="half").compile()
+    text = str(e.value)
+    assert "test_half_constants.py" in text and "below fp16's 65504" in text, text
+    assert re.search(r"coefficients up to \d+;", text), text
+    assert "digit by digit" in text and "precision='fp32'" in text
+    tw.compile(by_digit, vocab=VOCAB, precision="half").compile()

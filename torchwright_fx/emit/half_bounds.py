@@ -11,6 +11,7 @@ import torch
 
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.machines import FP16
+from torchwright_fx.base.numerics import HALF_GAIN_EXPONENT, SILU_SCALE
 from torchwright_fx.emit.half import exact_in_half
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement
@@ -32,13 +33,7 @@ def weights_exact(prog: Program, plan: Plan, m: Machine, placed: Placement) -> N
             if not all(exact_in_half(t) for t in parts):
                 worst = next(float(x) for t in parts for x in t.flatten()
                              if not exact_in_half(torch.tensor([float(x)])))
-                raise CompileError(
-                    f"{f.source}\n  {f.name}: precision='half' needs every weight to be an "
-                    f"fp16 and bf16 number, and this op's lanes need {worst:g} (a step or "
-                    "table entry too fine, a coefficient too large, or a value beyond 256 "
-                    "that a step reads: half holds whole numbers to 256 in bf16); keep the "
-                    "values it reads small (tw.claim the range that occurs), or "
-                    f"{ADVICE}")
+                raise CompileError(f"{f.source}\n  {f.name}: {_weight_refusal(worst, m)}")
         if not exact_in_half(layer.qkv) or not exact_in_half(layer.o):
             raise CompileError(f"an attention weight is not an fp16 and bf16 number (a "
                                f"compiler bug: the half geometry rounds them); {ADVICE}")
@@ -56,6 +51,24 @@ def weights_exact(prog: Program, plan: Plan, m: Machine, placed: Placement) -> N
                 f"keep values small, or {ADVICE}")
     if not exact_in_half(m.lm_head) or not exact_in_half(m.final_norm):
         raise CompileError(f"the output decoding needs a weight half cannot hold; {ADVICE}")
+
+
+def _weight_refusal(worst: float, m: Machine) -> str:
+    """Why a lane weight is not a half number, and what to change."""
+    if abs(worst) <= FP16.max_finite:
+        return (f"precision='half' needs every weight to be an fp16 and bf16 number, and this "
+                f"op's lanes need {worst:g} (a step or table entry too fine, or a value beyond "
+                "256 that a step reads: half holds whole numbers to 256 in bf16); keep the "
+                f"values it reads small (tw.claim the range that occurs), or {ADVICE}")
+    e = m.meta.get("norm_exponent", 0)
+    scale = 2 ** (e - min(e, HALF_GAIN_EXPONENT))
+    most = int(FP16.max_finite // (SILU_SCALE * scale))
+    return (f"precision='half' needs every weight below fp16's 65504, and this op's lanes need "
+            f"{worst:g}: a step's gate weight is the coefficient of each term it reads times "
+            f"its sharpness (at least {SILU_SCALE:g}) times {scale} (the norm's reader scale for a "
+            f"residual of this energy), so the values a comparison or table reads may carry "
+            f"coefficients up to {most}; compare smaller sums (digit by digit, or a few "
+            f"columns at a time, not one number weighted by powers of ten), or {ADVICE}")
 
 
 def _reader(prog: Program, readers: dict[int, list[int]], sid: int

@@ -179,7 +179,10 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     no d_model, the width of fewest parameters among those every runtime takes
     (``usable_width``), from the live peak up: a tighter width recycles more columns, and each
     recycled column is zeroed by a cancel head (up to d_head columns per head), which may add a
-    head to every layer (``_cost``)."""
+    head to every layer (``_cost``). A half build keeps the smallest power of two: its norm's
+    exponent grows with the mean of squares, energy / d (``emit/half.py``), and a narrower
+    residual can push it past what a count's certificate assumes (tracr's count_less_freq at
+    length 5 was refused at 48)."""
     half = prog.precision.half
     spans = plan.occupancy(prog)  # the same for every width tried
 
@@ -210,7 +213,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     best: tuple[float, Plan] | None = None
     d = max(MIN_D_MODEL, peak + 1)
     while d <= MAX_D_MODEL:
-        if not usable_width(d) or peak + reserved(d) > d:
+        if not usable_width(d) or peak + reserved(d) > d or (half and not is_power_of_two(d)):
             d += 1
             continue
         try:

@@ -1,5 +1,5 @@
 """The fast scheduler (optimize=0): every producer at its earliest stage, except the
-end-of-context flag.
+end-of-context flag, then balanced within its slack (``schedule/balance.py``).
 
 With no cap on heads or lanes per layer, as-soon-as-possible placement meets the critical-path
 bound, so the layer count is optimal for the graph; width is the only thing it does not trade.
@@ -18,6 +18,7 @@ from collections import Counter
 
 from torchwright_fx.ir.graph import FFN, Head, Program
 from torchwright_fx.ops.end import NAME as END_NAME
+from torchwright_fx.schedule.balance import balance
 from torchwright_fx.schedule.bounds import earliest_stages
 from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_count, layer_of
 
@@ -26,6 +27,7 @@ def schedule(prog: Program) -> Plan:
     stage = earliest_stages(prog)
     if prog.end_flag is not None:
         stage = _place_end_flag(prog, stage)
+    stage = balance(prog, stage)  # the busiest layer sets every layer's width
     return Plan(stage=stage, scheduler="heuristic", status="heuristic")
 
 

@@ -1,0 +1,92 @@
+"""schedule/balance.py alone: producers moved within their slack so that the busiest layer (which
+sets every layer's heads and lanes in a Phi-3 checkpoint) is lighter, never adding a layer or a
+live column, every producer still after what it reads and before what reads it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import ShapeBuilder
+
+from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
+from torchwright_fx.schedule import columns, heuristic
+from torchwright_fx.schedule.balance import balance
+from torchwright_fx.schedule.bounds import earliest_stages
+from torchwright_fx.schedule.plan import Plan, layer_count, layer_of
+
+D_HEAD = 8
+
+
+def loads(prog: Program, stage: dict[int, int]) -> tuple[int, int]:
+    """(heads, lanes) of the busiest layer."""
+    n = layer_count(stage.values())
+    heads, lanes = [0] * n, [0] * n
+    for pid, s in stage.items():
+        p = prog.producers[pid]
+        if isinstance(p, Head):
+            heads[layer_of(s)] += 1
+        elif isinstance(p, FFN):
+            lanes[layer_of(s)] += len(p.lanes)
+    return max(heads), max(lanes)
+
+
+def cost(prog: Program, stage: dict[int, int]) -> int:
+    heads, lanes = loads(prog, stage)
+    return 4 * D_HEAD * heads + 3 * lanes
+
+
+def fan() -> Program:
+    """A 3-layer chain and 6 four-lane FFNs reading only the embedding: as soon as possible
+    they all sit in layer 0 (28 lanes); the output reads them, so they may go later."""
+    b = ShapeBuilder(d_head=D_HEAD, lanes_per_ffn=4)
+    x = [b.e]
+    for _ in range(2):
+        x = b.ffn(b.head(x))
+    free = [s for _ in range(6) for s in b.ffn([b.e])]
+    return b.finish(x + free)
+
+
+def random_program(seed: int) -> Program:
+    rng = random.Random(seed)
+    b = ShapeBuilder(d_head=D_HEAD, lanes_per_ffn=rng.randint(1, 6))
+    made = [b.e]
+    for _ in range(rng.randint(3, 25)):
+        reads = rng.sample(made, k=min(len(made), rng.randint(1, 3)))
+        made += b.head(reads) if rng.random() < 0.5 else b.ffn(reads)
+    return b.finish(rng.sample(made[1:], k=min(len(made) - 1, rng.randint(1, 4))))
+
+
+def check_order(prog: Program, stage: dict[int, int]) -> None:
+    n = layer_count(stage.values())
+    for pid, p in prog.producers.items():
+        for d in prog.deps(p):
+            assert d == EMBED or stage[d] < stage[pid], (pid, d)
+        assert stage[pid] % 2 == (0 if isinstance(p, Head) else 1)
+        assert layer_of(stage[pid]) < n
+
+
+def test_the_fan_is_spread_over_the_chain():
+    prog = fan()
+    asap = earliest_stages(prog)
+    assert loads(prog, asap) == (1, 28)
+    stage = balance(prog, asap)
+    assert layer_count(stage.values()) == layer_count(asap.values())
+    assert loads(prog, stage)[1] < 28 and cost(prog, stage) < cost(prog, asap)
+    assert Plan(stage=stage).live_peak(prog) <= Plan(stage=asap).live_peak(prog)
+    check_order(prog, stage)
+    plan = columns.allocate(prog, Plan(stage=stage), None)
+    plan.check(prog)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_balancing_never_costs_a_layer_a_column_or_a_head(seed):
+    prog = random_program(seed)
+    asap = earliest_stages(prog)
+    stage = balance(prog, asap)
+    check_order(prog, stage)
+    assert layer_count(stage.values()) == layer_count(asap.values())
+    assert Plan(stage=stage).live_peak(prog) <= Plan(stage=asap).live_peak(prog)
+    assert cost(prog, stage) <= cost(prog, asap)
+    plan = columns.allocate(prog, heuristic.schedule(prog), None)  # the pipeline's path
+    plan.check(prog)

@@ -1,0 +1,94 @@
+"""Balancing the layers (issue 35): a Phi-3 checkpoint has one shape, every layer as many heads
+and lanes as the busiest, so a producer placed as soon as possible can widen every layer.
+
+The pass moves producers within their slack (after every producer they read, before every one
+that reads them, in a sublayer of their kind, within the layers the plan has) while that lowers
+the per-layer cost ``4 d_head H + 3 L`` (H heads and L lanes in the busiest layer: the weights
+each costs per residual column, per layer), then the sum of the squared per-layer costs (so
+that of two equally busy layers one can be emptied first). A move must not raise the peak of
+live columns, so d_model never grows; the layer count never changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
+from torchwright_fx.schedule.cpsat_shape import d_head_of
+from torchwright_fx.schedule.plan import Plan, end_stage, layer_count, layer_of, parity
+
+PASSES = 4  # sweeps over the producers; each sweep only accepts strict improvements
+
+
+def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
+    """``stage`` with producers moved within their slack to lower the busiest layer's cost."""
+    n = layer_count(stage.values())
+    if n <= 1 or not prog.producers:
+        return stage
+    stage = dict(stage)
+    head_cost, lane_cost = 4 * (d_head_of(prog) or 1), 3
+    deps = {pid: {d for d in prog.deps(p) if d != EMBED} for pid, p in prog.producers.items()}
+    readers: dict[int, set[int]] = {pid: set() for pid in prog.producers}
+    for pid, ds in deps.items():
+        for d in ds:
+            readers[d].add(pid)
+    final = {prog.signals[s].producer for s in prog.final_reads()}
+    heads: Counter[int] = Counter()
+    lanes: Counter[int] = Counter()
+
+    def load(pid: int) -> tuple[int, int]:
+        p = prog.producers[pid]
+        return (1, 0) if isinstance(p, Head) else (0, len(p.lanes)) if isinstance(p, FFN) \
+            else (0, 0)
+
+    for pid, s in stage.items():
+        h, lanes_of = load(pid)
+        heads[layer_of(s)] += h
+        lanes[layer_of(s)] += lanes_of
+
+    def cost() -> tuple[int, int]:
+        per = [head_cost * heads[k] + lane_cost * lanes[k] for k in range(n)]
+        return (head_cost * max(heads[k] for k in range(n))
+                + lane_cost * max(lanes[k] for k in range(n)), sum(c * c for c in per))
+
+    peak = Plan(stage=stage).live_peak(prog)
+    last = end_stage(n) - 1  # the last MLP stage
+    for _ in range(PASSES):
+        moved = False
+        for pid in sorted(prog.producers):
+            par = parity(prog.producers[pid])
+            lo = max((stage[d] for d in deps[pid]), default=-1) + 1
+            hi = min((stage[r] for r in readers[pid]), default=last + 1) - 1
+            if pid not in final and not readers[pid]:
+                continue  # read by nothing (dead-code elimination keeps none of these)
+            hi = min(hi, last)
+            here = stage[pid]
+            h, lanes_of = load(pid)
+            best, choice = cost(), here
+            for s in range(lo, hi + 1):
+                if s % 2 != par or s == here:
+                    continue
+                heads[layer_of(here)] -= h
+                lanes[layer_of(here)] -= lanes_of
+                heads[layer_of(s)] += h
+                lanes[layer_of(s)] += lanes_of
+                trial = cost()
+                heads[layer_of(s)] -= h
+                lanes[layer_of(s)] -= lanes_of
+                heads[layer_of(here)] += h
+                lanes[layer_of(here)] += lanes_of
+                if trial < best:
+                    stage[pid] = s
+                    if Plan(stage=stage).live_peak(prog) <= peak:
+                        best, choice = trial, s
+                    stage[pid] = here
+            if choice != here:
+                heads[layer_of(here)] -= h
+                lanes[layer_of(here)] -= lanes_of
+                heads[layer_of(choice)] += h
+                lanes[layer_of(choice)] += lanes_of
+                stage[pid] = choice
+                moved = True
+        if not moved:
+            break
+    return stage

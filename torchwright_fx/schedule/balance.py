@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from torchwright_fx.base.numerics import BALANCE_PASSES
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import Plan, end_stage, layer_count, layer_of, parity
-
-PASSES = 4  # sweeps over the producers; each sweep only accepts strict improvements
 
 
 def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
@@ -53,7 +52,7 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
 
     peak = Plan(stage=stage).live_peak(prog)
     last = end_stage(n) - 1  # the last MLP stage
-    for _ in range(PASSES):
+    for _ in range(BALANCE_PASSES):
         moved = False
         for pid in sorted(prog.producers):
             par = parity(prog.producers[pid])

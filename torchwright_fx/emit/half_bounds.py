@@ -11,7 +11,7 @@ import torch
 
 from torchwright_fx.base.errors import CompileError
 from torchwright_fx.base.machines import FP16
-from torchwright_fx.base.numerics import HALF_GAIN_EXPONENT, SILU_SCALE
+from torchwright_fx.base.numerics import SILU_SCALE
 from torchwright_fx.emit.half import exact_in_half
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement
@@ -60,13 +60,12 @@ def _weight_refusal(worst: float, m: Machine) -> str:
                 f"op's lanes need {worst:g} (a step or table entry too fine, or a value beyond "
                 "256 that a step reads: half holds whole numbers to 256 in bf16); keep the "
                 f"values it reads small (tw.claim the range that occurs), or {ADVICE}")
-    e = m.meta.get("norm_exponent", 0)
-    scale = 2 ** (e - min(e, HALF_GAIN_EXPONENT))
+    scale = m.meta["reader_scale"]  # emit/half.HalfNorm.reader_scale
     most = int(FP16.max_finite // (SILU_SCALE * scale))
     return (f"precision='half' needs every weight below fp16's 65504, and this op's lanes need "
             f"{worst:g}: a step's gate weight is the coefficient of each term it reads times "
-            f"its sharpness (at least {SILU_SCALE:g}) times {scale} (the norm's reader scale for a "
-            f"residual of this energy), so the values a comparison or table reads may carry "
+            f"its sharpness (at least {SILU_SCALE:g}) times {scale:g} (the norm's reader scale "
+            f"for a residual of this energy), so the values a comparison or table reads may carry "
             f"coefficients up to {most}; compare smaller sums (digit by digit, or a few "
             f"columns at a time, not one number weighted by powers of ten), or {ADVICE}")
 

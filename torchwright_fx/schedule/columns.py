@@ -117,18 +117,26 @@ def fitting_width(live: int) -> int:
     return d
 
 
+def reserved_for(prog: Program, d_model: int, constants: int | None = None) -> int:
+    """The reserved columns of ``prog`` at width d: the constant and the pins, or in half
+    precision the constant columns (``constants``: ``constant_columns(prog)`` if known)."""
+    if not prog.precision.half:
+        return reserved_columns(d_model)
+    return constant_columns(prog) if constants is None else constants
+
+
 def assign(prog: Program, plan: Plan, d_model: int,
-           spans: dict[int, tuple[int, int]] | None = None
+           spans: dict[int, tuple[int, int]] | None = None, reserved: int | None = None
            ) -> tuple[dict[int, int], dict[int, int]]:
     """Columns for every live signal, and the cancel stage of each recycled signal.
-    ``spans``: ``plan.occupancy(prog)`` when the caller has it already. In half precision no
-    column is recycled (a cancel head is attention, which half does not certify yet)."""
+    ``spans``: ``plan.occupancy(prog)`` and ``reserved``: ``reserved_for(prog, d_model)``
+    when the caller has them already. In half precision no column is recycled (a cancel head
+    is attention, which half does not certify yet)."""
     half = prog.precision.half
     if spans is None:
         spans = plan.occupancy(prog)  # (written, cancel stage: first attention at/after last read)
     end = end_stage(plan.n_layers)  # hoisted: n_layers is a max over every producer
-    first = reserved_columns(d_model, pins=False) + constant_columns(prog) - 1 if half else \
-        reserved_columns(d_model)
+    first = reserved_for(prog, d_model) if reserved is None else reserved
     fresh = iter(range(first, d_model))
     # recyclable columns: (stage after which the column is zero, column, previous owner)
     released: list[tuple[int, int, int]] = []
@@ -158,9 +166,9 @@ class _Cost:
 
     def __init__(self, prog: Program, plan: Plan):
         self.d_head = d_head_of(prog) or 1
-        self.heads: list[int] = [len(h) for h, _ in layer_members(prog, plan)]
-        lanes = [len({lane for f in ffns for lane in f.lanes})
-                 for _, ffns in layer_members(prog, plan)]
+        members = layer_members(prog, plan)
+        self.heads: list[int] = [len(h) for h, _ in members]
+        lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
         self.d_ff = max([1, *lanes])
         self.vocab = len(prog.vocab)
 
@@ -186,8 +194,10 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     half = prog.precision.half
     spans = plan.occupancy(prog)  # the same for every width tried
 
+    constants = constant_columns(prog)  # a scan of every reader: once, not per width
+
     def reserved(d: int) -> int:
-        return constant_columns(prog) if half else reserved_columns(d)
+        return reserved_for(prog, d, constants)
 
     def build(d: int, cols: dict[int, int], cancels: dict[int, int]) -> Plan:
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
@@ -202,7 +212,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
         # (a width that is not a multiple of WIDTH_MULTIPLE is the user's choice: exact,
         # but vLLM's CPU kernels refuse it)
         try:
-            cols, cancels = assign(prog, plan, d_model, spans)
+            cols, cancels = assign(prog, plan, d_model, spans, reserved(d_model))
         except WidthError as e:
             raise WidthError(f"the program does not fit: {e}; leave d_model unset to pick the "
                              "smallest width that fits, or schedule with optimize>=1") from None
@@ -217,7 +227,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
             d += 1
             continue
         try:
-            cols, cancels = assign(prog, plan, d, spans)
+            cols, cancels = assign(prog, plan, d, spans, reserved(d))
         except WidthError as e:
             error = e
         else:

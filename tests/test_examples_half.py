@@ -15,7 +15,8 @@ import torchwright_fx as tw
 from examples import NAMES
 
 HALF = ["adder_1digit", "adder", "binary_increment", "caesar_cipher", "fibonacci",
-        "sort_digits_v1", "range_printer", "calculator_simple", "calculator_advanced"]
+        "sort_digits_v1", "range_printer", "calculator_simple", "calculator_advanced",
+        "adder_v2", "calculator_memorize"]
 
 
 @pytest.mark.parametrize("name", HALF)

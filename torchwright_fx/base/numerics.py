@@ -316,6 +316,12 @@ HALF_NORM_EXPONENT = 24
 # The output's step columns have gates SILU_SCALE * (c - t): a bf16 number while |c - t| is a
 # whole number bf16 holds (every one up to 2**8).
 HALF_CODE_SPAN = 2 ** 8
+# A whole-number value of more lattice points than this is "wide" in half (families/wide.py):
+# bf16 holds no column of more (its whole numbers are exact up to 2**8), and a step reads its
+# input with a gate of SILU_SCALE (128) per lattice step, 2**15 over 2**8 points: below fp16's
+# 65504 with a factor 2 left for the norm's reader scale. Wide values are kept as affine forms
+# of narrow columns and cut into places (carry_chain) by the ops that read them.
+HALF_STEP_POINTS = 2 ** 8
 # The certificate replays each MLP bank on every joint value of its inputs: at most this many
 # points per op (a product of two 256-valued streams is 65,536; a table of three, 16M, refused).
 HALF_CERTIFY_POINTS = 2 ** 20

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
 import torch
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
+from torchwright_fx.base.numerics import HALF_STEP_POINTS
 from torchwright_fx.capture.registry import Rule, facts, lowering
+from torchwright_fx.families import wide
 from torchwright_fx.families.linear import add_streams, last_dim_facts
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
@@ -74,8 +77,37 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
                 ffn.check_staircase(fs[-1], r, values, "comparison", COMPARE_ADVICE)
         return pwl_stream(ctx, x.cols, x.ranges, fs, [BOOL] * w, is_bool=True)
 
+    if w == 1 and wide.is_wide(ctx, x.cols[0], x.ranges[0]):
+        out = _wide_compare(ctx, x.cols[0], ts[0], op)
+        if out is not None:
+            return out
     # refused on a noisy input the reference holds on its lattice: the input is snapped first
     return on_exact_inputs(ctx, x, steps)
+
+
+def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:
+    """[x > t], [x >= t], [x == t] or [x != t] for a wide whole number x (half precision):
+    the sign of x - T from its places after their carries (``wide.sign_form``)."""
+    def at_least(k: float) -> Stream | None:  # [x >= k], k whole
+        form = wide.sign_form(ctx, x - k)
+        if form is None:
+            return None
+        q, rq = form
+        if wide.is_wide(ctx, q, rq):
+            raise ctx.error(f"precision='half' compares a whole number over more than "
+                            f"{HALF_STEP_POINTS} values by its places, and their top one alone "
+                            f"reaches [{rq.lo:g}, {rq.hi:g}]", COMPARE_ADVICE)
+        return _compare(ctx, Stream([q], [rq]), 0.0, "ge")
+
+    if op in ("gt", "ge"):
+        return at_least(math.floor(t) + 1.0 if op == "gt" else float(math.ceil(t)))
+    if t != math.floor(t):
+        return Stream([Lin.constant(0.0 if op == "eq" else 1.0)], [BOOL], True)
+    lo, hi = at_least(t), at_least(t + 1.0)
+    if lo is None or hi is None:
+        return None
+    eq = lo.cols[0] - hi.cols[0]
+    return Stream([eq if op == "eq" else 1.0 - eq], [BOOL], True)
 
 
 COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "
@@ -186,6 +218,12 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     (c,) = _bools(ctx, cond)
     c = c.broadcast(w)
     x, y = streams_of(ctx, a, b)
+    if w == 1 and wide.is_wide(ctx, x.cols[0], x.ranges[0].hull(y.ranges[0])):
+        # a whole number half cannot hold in one column: its terms, selected group by group
+        split = wide.select(ctx, c.cols[0], c.ranges[0], x.cols[0], y.cols[0],
+                            x.ranges[0].hull(y.ranges[0]))
+        if split is not None:
+            return Stream([split[0]], [split[1]])
     cols = Columns(ctx, w)
     with user_errors(ctx):
         for i in range(w):

@@ -16,7 +16,7 @@ import torch.fx
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts, const_values
 from torchwright_fx.capture.registry import current_vocab, facts, intrinsic, token_value
-from torchwright_fx.families import rounding
+from torchwright_fx.families import rounding, wide
 from torchwright_fx.families.intrinsics import as_column
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import BOOL, Interval, read_float
@@ -43,6 +43,10 @@ def _lower_lookup(ctx: LowerCtx, v: Stream, table: dict, default: str | float = 
                         "tw.lookup2(v[:, 0], v[:, 1], {(i, j): ...})")
     entries = {int(k): token_value(val) for k, val in table.items()}
     key = v.ranges[0]
+    if wide.is_wide(ctx, v.cols[0], key):  # half: by the key's places
+        out = wide.table(ctx, v.cols[0], key, entries, fallback)
+        if out is not None:
+            return out
     try:
         f = ffn.lookup_function(key, entries, fallback)
     except ffn.RangeError as e:
@@ -190,6 +194,10 @@ def _lower_number_to_digits(ctx: LowerCtx, v: Stream, n_digits: int, base: int =
         raise ctx.error(f"number_to_digits needs a non-negative range, got [{r.lo:g}, {r.hi:g}]",
                         "clamp it (torch.clamp(v, min=0)) or declare it with "
                         "tw.claim(v, 0, hi, integral=True)")
+    if wide.is_wide(ctx, v.cols[0], r):  # half: place by place, with carries
+        out = wide.digits_of(ctx, v.cols[0], r, n_digits, base)
+        if out is not None:
+            return out
     wraps = r.hi >= base ** n_digits  # the top digit needs its own modulus
     powers = [float(base ** k) for k in range(n_digits + (1 if wraps else 0))]
     scaled = Stream([v.cols[0].divided(p) for p in powers], [r.divided(p) for p in powers])

@@ -85,12 +85,13 @@ def test_no_second_constant_where_none_is_needed(precision):
 
 
 def test_a_weight_beyond_fp16_is_refused_with_the_coefficient_it_allows():
-    """A comparison of a number weighted by powers of ten: its gate weight 1000 * 128 is
-    beyond fp16's 65504. The refusal says how large a coefficient may be, and comparing the
-    digits instead compiles."""
+    """A comparison of a flag weighted by 600.5: not a whole number, so half cannot cut it
+    into places (families/wide.py), and its gate weight 600.5 * 256 is beyond fp16's 65504.
+    The refusal says how large a coefficient may be, and comparing the digits instead
+    compiles."""
     def weighted(x):
         d = tw.lookup(x, DIGITS, default=0)
-        return tw.token("0") + (1000 * d + tw.shift(d, 1) >= 5000).float()
+        return tw.token("0") + (600.5 * (tw.shift(d, 1) >= 5).float() + d >= 300).float()
 
     def by_digit(x):
         d = tw.lookup(x, DIGITS, default=0)

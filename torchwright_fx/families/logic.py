@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
-from torchwright_fx.base.numerics import HALF_STEP_POINTS
 from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.families import wide
 from torchwright_fx.families.linear import add_streams, last_dim_facts
@@ -93,10 +92,6 @@ def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:
         if form is None:
             return None
         q, rq = form
-        if wide.is_wide(ctx, q, rq):
-            raise ctx.error(f"precision='half' compares a whole number over more than "
-                            f"{HALF_STEP_POINTS} values by its places, and their top one alone "
-                            f"reaches [{rq.lo:g}, {rq.hi:g}]", COMPARE_ADVICE)
         return _compare(ctx, Stream([q], [rq]), 0.0, "ge")
 
     if op in ("gt", "ge"):

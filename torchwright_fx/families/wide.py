@@ -105,6 +105,8 @@ def select(ctx: LowerCtx, cond: Lin, cr: Interval, a: Lin, b: Lin, out: Interval
     if xs is None or ys is None:
         return None
     parts = [(k, g, True) for k, g in xs] + [(k, g, False) for k, g in ys]
+    if a.const != b.const:  # the constants' difference on a selected 1 (cond itself may be
+        parts.append((a.const - b.const, Lin.constant(1.0), True))  # a form of wide columns)
     cols = Columns(ctx, len(parts))
     ranges, zero = [], Interval.point(0.0)
     for i, (_, g, first) in enumerate(parts):
@@ -116,7 +118,7 @@ def select(ctx: LowerCtx, cond: Lin, cr: Interval, a: Lin, b: Lin, out: Interval
         cols.whole(i)
         ranges.append(r.hull(zero).with_noise(r.noise + 2.0 * r.magnitude * cr.noise))
     picked = cols.finish(ranges)
-    total = cond * (a.const - b.const) + b.const
+    total = Lin.constant(b.const)
     noise = 0.0
     for (k, _, _), c, r in zip(parts, picked.cols, picked.ranges, strict=True):
         total, noise = total + c * k, noise + abs(k) * r.noise
@@ -149,16 +151,29 @@ def places(ctx: LowerCtx, x: Lin, base: int) -> list[Lin] | None:
     return out or [Lin()]
 
 
-def _fits(ctx: LowerCtx, ps: list[Lin], base: int) -> bool:
-    """Whether every place of ``carry_chain`` over all of ``ps`` stays narrow (its intervals,
-    without lowering anything)."""
-    carry = Interval.point(0.0)
-    for p in ps:
-        rq = lin_interval(ctx, p) + carry
-        if not (rq.finite and rq.hi - rq.lo < HALF_STEP_POINTS):
-            return False
-        carry = Interval(math.floor(rq.lo / base), math.floor(rq.hi / base), True)
-    return True
+def _few(r: Interval) -> bool:
+    """A whole-number interval of at most HALF_STEP_POINTS values."""
+    return r.finite and r.hi - r.lo < HALF_STEP_POINTS
+
+
+def _place_ranges(ctx: LowerCtx, ps: list[Lin], base: int, through: int
+                  ) -> list[Interval] | None:
+    """The facts of q_0 .. q_through in ``carry_chain`` (intervals only, nothing lowered);
+    None where a place below ``through`` takes more than HALF_STEP_POINTS values."""
+    out, carry = [], Interval.point(0.0)
+    for j in range(through + 1):
+        rq = lin_interval(ctx, ps[j] if j < len(ps) else Lin()) + carry
+        out.append(rq)
+        if j < through:
+            if not _few(rq):
+                return None
+            carry = (Interval.point(0.0) if 0 <= rq.lo and rq.hi < base else
+                     Interval(math.floor(rq.lo / base), math.floor(rq.hi / base), True))
+    return out
+
+
+def _digit_range(rq: Interval, base: int) -> Interval:
+    return rq if 0 <= rq.lo and rq.hi < base else Interval(0, base - 1, True)
 
 
 def carry_chain(ctx: LowerCtx, ps: list[Lin], base: int, through: int
@@ -166,8 +181,8 @@ def carry_chain(ctx: LowerCtx, ps: list[Lin], base: int, through: int
     """The digits d_0 .. d_{through-1} of sum_j base**j p_j and the rest q_{through} (with
     value = base**through * (q + sum_{j > through} base**(j - through) p_j) + the digits'
     value): q_0 = p_0, d_j = q_j mod base, q_{j+1} = p_{j+1} + floor(q_j / base), one floor
-    staircase per place where q_j can leave [0, base). Raises the op's CompileError where a
-    place is too wide for a half step."""
+    staircase per place where q_j can leave [0, base). The caller has checked the places
+    with ``_place_ranges``."""
     digits: list[tuple[Lin, Interval]] = []
     carry, carry_rng = Lin(), Interval.point(0.0)
     for j in range(through + 1):
@@ -175,39 +190,34 @@ def carry_chain(ctx: LowerCtx, ps: list[Lin], base: int, through: int
         rq = lin_interval(ctx, ps[j] if j < len(ps) else Lin()) + carry_rng
         if j == through:
             return digits, (q, rq)
-        if not _narrow(ctx, q, rq):
-            raise ctx.error(
-                f"precision='half' splits this op's whole number (over more than "
-                f"{HALF_STEP_POINTS} values) into base-{base} places, and place {j} alone "
-                f"reaches [{rq.lo:g}, {rq.hi:g}]",
-                "sum fewer terms per place, or compile with precision='fp32' (the default)")
+        assert _few(rq), "checked by _place_ranges"
         if 0 <= rq.lo and rq.hi < base:
             digits.append((q, rq))
             carry, carry_rng = Lin(), Interval.point(0.0)
             continue
         f = rounding.rounded(ctx, Stream([q.divided(base)], [rq.divided(base)]), "floor")
         carry, carry_rng = f.cols[0], f.ranges[0]
-        digits.append((q - carry * float(base), Interval(0, base - 1, True)))
+        digits.append((q - carry * float(base), _digit_range(rq, base)))
     raise AssertionError("unreachable")
 
 
 def digits_of(ctx: LowerCtx, x: Lin, r: Interval, n_digits: int, base: int) -> Stream | None:
     """``number_to_digits`` of a wide whole number x >= 0 (most significant first), by
-    ``carry_chain``; None where x's terms are not narrow whole numbers."""
+    ``carry_chain``; None where x's terms or places are not narrow whole numbers."""
     ps = places(ctx, x, base)
-    if ps is None:
+    ranges = None if ps is None else _place_ranges(ctx, ps, base, n_digits - 1)
+    if ps is None or ranges is None:
         return None
-    digits, (q, rq) = carry_chain(ctx, ps, base, n_digits - 1)
     high = Lin()  # the places above the top digit, as a multiple of base**(n_digits - 1)
     for j in range(n_digits, len(ps)):
         high = high + ps[j] * float(base ** (j - n_digits + 1))
-    top, top_rng = q + high, rq + lin_interval(ctx, high)
-    if r.hi >= base ** n_digits or top_rng.lo < 0:  # the top digit needs its own modulus
-        if not _narrow(ctx, top, top_rng):
-            raise ctx.error(f"precision='half': number_to_digits keeps the lowest {n_digits} "
-                            f"digits, and the rest above them reaches [{top_rng.lo:g}, "
-                            f"{top_rng.hi:g}]", "ask for more digits, or compile with "
-                            "precision='fp32' (the default)")
+    top_rng = ranges[-1] + lin_interval(ctx, high)
+    modulus = r.hi >= base ** n_digits or top_rng.lo < 0  # the top digit needs its own
+    if modulus and not _few(top_rng):
+        return None
+    digits, (q, _) = carry_chain(ctx, ps, base, n_digits - 1)
+    top = q + high
+    if modulus:
         f = rounding.rounded(ctx, Stream([top.divided(base)], [top_rng.divided(base)]),
                              "floor")
         top = top - f.cols[0] * float(base)
@@ -219,30 +229,30 @@ def digits_of(ctx: LowerCtx, x: Lin, r: Interval, n_digits: int, base: int) -> S
     return Stream(cols, ranges)
 
 
-def sign_form(ctx: LowerCtx, x: Lin) -> tuple[Lin, Interval] | None:
-    """A narrow q with x >= 0 iff q >= 0, for a wide whole number x: the rest above x's
-    lowest places after their carries (x = base**J q + digits in [0, base**J)). Base 10
-    where x's coefficients are written in tens, else 16; None where x's terms are not
-    narrow whole numbers."""
-    best = _chain_base(ctx, x)
-    if best is None:
-        return None
-    base, ps = best
-    _, (q, rq) = carry_chain(ctx, ps, base, len(ps) - 1)
-    return q, rq
-
-
-def _chain_base(ctx: LowerCtx, x: Lin) -> tuple[int, list[Lin]] | None:
-    """The base (10 where x's coefficients are written in tens, else 16) whose places of x
-    stay narrow through their carries, fewest places first; None where x's terms are not
-    narrow whole numbers."""
+def _chain_base(ctx: LowerCtx, x: Lin) -> tuple[int, list[Lin], list[Interval]] | None:
+    """The base (10 or 16) whose places of x stay narrow through their carries, fewest places
+    first (10 on a tie: a number written in tens), with the places and their facts; None
+    where none does or x's terms are not narrow whole numbers."""
     best = None
     for base in (10, 16):
         ps = places(ctx, x, base)
-        if ps is not None and (best is None or (_fits(ctx, ps, base), -len(ps)) >
-                               (_fits(ctx, best[1], best[0]), -len(best[1]))):
-            best = (base, ps)
+        ranges = None if ps is None else _place_ranges(ctx, ps, base, len(ps) - 1)
+        if ps is not None and ranges is not None and _few(ranges[-1]) and \
+                (best is None or len(ps) < len(best[1])):
+            best = (base, ps, ranges)
     return best
+
+
+def sign_form(ctx: LowerCtx, x: Lin) -> tuple[Lin, Interval] | None:
+    """A narrow q with x >= 0 iff q >= 0, for a wide whole number x: the rest above x's
+    lowest places after their carries (x = base**J q + digits in [0, base**J)); None where
+    x's terms or places are not narrow whole numbers."""
+    chosen = _chain_base(ctx, x)
+    if chosen is None:
+        return None
+    base, ps, _ = chosen
+    _, (q, rq) = carry_chain(ctx, ps, base, len(ps) - 1)
+    return q, rq
 
 
 def table(ctx: LowerCtx, x: Lin, r: Interval, entries: dict[int, float], fallback: float
@@ -252,29 +262,26 @@ def table(ctx: LowerCtx, x: Lin, r: Interval, entries: dict[int, float], fallbac
     part H (the rest, narrow); for each value h of H that the table uses, one indicator
     [H == h] and one table of L switched off where H != h by adding the low part's size to
     its key (a key with no entries). Two layers after the carries; None where the key's
-    terms are not narrow whole numbers."""
+    terms or parts are not narrow whole numbers."""
     chosen = _chain_base(ctx, x)
     if chosen is None:
         return None
-    base, ps = chosen
+    base, ps, ranges = chosen
     top = len(ps) - 1
-    digits, (q, rq) = carry_chain(ctx, ps, base, top)
     k = 0
     while k < top and base ** (k + 1) <= HALF_STEP_POINTS // 2:
         k += 1
     size = base ** k
+    high_rng = ranges[top].scale(base ** (top - k))
+    for j in range(k, top):
+        high_rng = high_rng + _digit_range(ranges[j], base).scale(base ** (j - k))
+    if k == 0 or not _few(high_rng):
+        return None
+    digits, (q, _) = carry_chain(ctx, ps, base, top)
     low = sum((d * float(base ** j) for j, (d, _) in enumerate(digits[:k])), Lin())
     high = q * float(base ** (top - k))
-    high_rng = rq.scale(base ** (top - k))
     for j in range(k, top):
-        high, high_rng = (high + digits[j][0] * float(base ** (j - k)),
-                          high_rng + digits[j][1].scale(base ** (j - k)))
-    if not _narrow(ctx, high, high_rng):
-        raise ctx.error(f"precision='half' looks this key up by its places, and the part "
-                        f"above its lowest {size} values still takes over "
-                        f"{HALF_STEP_POINTS} values ([{high_rng.lo:g}, {high_rng.hi:g}])",
-                        "narrow the key with tw.claim or torch.clamp, or compile with "
-                        "precision='fp32' (the default)")
+        high = high + digits[j][0] * float(base ** (j - k))
     used = [h for h in range(math.ceil(high_rng.lo), math.floor(high_rng.hi) + 1)
             if any(entries.get(h * size + j, fallback) != fallback for j in range(size))]
     reached = [entries.get(v, fallback) for v in range(math.ceil(r.lo), math.floor(r.hi) + 1)]

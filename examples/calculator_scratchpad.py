@@ -119,6 +119,7 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
     top = 90 * n  # the largest column total
     eos, zero, minus = VOCAB["<eos>"], VOCAB["0"], VOCAB["-"]
     off = 2 * m + 4  # switches a comparison on the answer's places off
+    half = options.get("precision") == "half"
 
     def calculator_scratchpad(x: torch.Tensor) -> torch.Tensor:
         # One head per place for the operands (not two levels of them): the depth stays the
@@ -174,6 +175,8 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         def top_nonzero(ks: range) -> torch.Tensor:
             there = _calc.total(start[k + 1] for k in ks)
             index = _calc.total((k - ks.start) * start[k + 1] for k in ks)
+            if half:  # one place starts at a time
+                index = tw.claim(index, 0, len(ks) - 1, integral=True)
             return tw.latch(index, ((there + nonzero) >= 2).float())
 
         top_all, top_low, top_high = top_nonzero(range(m)), top_nonzero(range(n)), \
@@ -184,10 +187,14 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         cases = [(below, top_high),
                  (is_sub - below, top_low),  # '-', A >= B (a_ge_b is 0 or 1 for '-')
                  (1 - is_sub, top_all)]  # '+', '*'
+        if half:  # each case is a flag (the compiler's ranges of the differences reach 8)
+            cases = [(tw.claim(case, 0, 1, integral=True), top) for case, top in cases]
         negative = cases[0][0]
         # The answer's token j is predicted j steps after the '='.
         is_eq = tw.is_token(x, "=")
         step = tw.steps_since(is_eq)  # j (within ~2e-3)
+        if half:  # the answer is at most m + 1 tokens; from m + 1 on every test below is off
+            step = torch.clamp(step, max=m + 1)  # alike, and the address stays in 256 values
         outside = off * (1 - tw.latch(is_eq, is_eq))  # before the '=': every place off
         # Token j: '-' (j = 0 if negative), else digit i = j - negative from the top, r_k
         # with k = top - i (+ N if negative), while i <= top: one comparison per case, each
@@ -196,10 +203,14 @@ def make(n: int = N, **options: Any) -> tw.Compiled:
         digit_on = sum((top - step + negative - off * (1 - case) - outside >= 0).float()
                        for case, top in cases) - sign
         top_digit = sum(case * top for case, top in cases)
+        if half:  # one case holds, and its top index is at most m - 1
+            top_digit = tw.claim(top_digit, 0, m - 1, integral=True)
         where = tw.latch(tw.position(x), newline) + w * (top_digit - step + negative + 1
                                                          + n * negative)
         code = tw.gather(tw.lookup(x, {str(d): zero - eos + d for d in range(10)}), where)
         out = out + torch.relu(code - 20 * (1 - digit_on)) + sign * (minus - eos)
+        if half:  # a token code: the places' and the answer's terms are exclusive
+            out = tw.claim(out, 0, len(VOCAB) - 1, integral=True)
         return out
 
     return tw.compile(calculator_scratchpad, vocab=VOCAB, **options).with_domain(

@@ -491,13 +491,17 @@ class _Gen:
             b = self.some("int")
             return self.new(f"tw.digits_to_number([{a.name}, {b.name}])", "int",
                             10 * lo + b.lo, 10 * hi + b.hi)
+        if form == "number":  # a number written in tens from three digits (half: 'wide')
+            b, c = self.some("int"), self.some("int")
+            return self.new(f"100 * ({a.name} % 10) + 10 * ({b.name} % 10) + {c.name} % 10",
+                            "int", 0, 999)
         return self.int_leaf()
 
     # -- precision="half" --
     HALF_INT_FORMS = ("add", "affine", "relu", "clamp", "abs", "minmax", "where", "floordiv",
                       "mod", "round", "digits", "shift", "shift", "shift", "latch", "steps",
                       "lookup", "lookup2", "claim", "rfloor", "mul", "d2n", "sign", "leaf",
-                      "gather", "latest", "width", "arg")
+                      "gather", "latest", "width", "arg", "number", "number")
     HALF_REFUSED_INT_FORMS = ("count",)
     HALF_COUNTS = 97  # tw.selector_width holds to this many positions in half
 

@@ -34,7 +34,7 @@ from torchwright_fx.base.numerics import (
 )
 from torchwright_fx.capture.propagate import propagate
 from torchwright_fx.capture.tracer import capture
-from torchwright_fx.emit import certify_half
+from torchwright_fx.emit import certify_half, half
 from torchwright_fx.emit.emitter import emit
 from torchwright_fx.emit.machine import Machine
 from torchwright_fx.emit.placement import Placement, place
@@ -227,11 +227,15 @@ def schedule_stages(prog: Program, opts: Options) -> Plan:
     return plan
 
 
-def allocate_columns(prog: Program, plan: Plan, opts: Options) -> Plan:
-    """A new plan with a residual column per live signal, checked."""
+def allocate_columns(prog: Program, plan: Plan, opts: Options, energy: float | None = None
+                     ) -> Plan:
+    """A new plan with a residual column per live signal, checked. ``energy``: a half build's
+    residual energy, from which the width its readers' weights need follows."""
     if opts.optimize > 0:
         progress.stage("schedule: residual columns")
-    plan = columns.allocate(prog, plan, opts.d_model)
+    at_least = 0 if energy is None or opts.d_model is not None else \
+        half.width_for_readers(prog, energy, columns.MIN_D_MODEL, columns.MAX_D_MODEL)
+    plan = columns.allocate(prog, plan, opts.d_model, at_least)
     plan.check(prog)
     return plan
 
@@ -253,16 +257,16 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         progress.stage("schedule")
         plan = schedule_stages(prog, opts)
         dump("schedule", format_plan, prog, plan)
-        plan = allocate_columns(prog, plan, opts)
+        energy = None
+        if prog.precision.half:  # the norm sized from the values each column can take
+            progress.stage("certify: value sets")
+            energy = certify_half.energy(prog, certify_half.values(prog))
+        plan = allocate_columns(prog, plan, opts, energy)
         dump("columns", format_plan, prog, plan)
         t2 = time.perf_counter()
         progress.stage("emit")
         placed = place(prog, plan, geom)
         dump("place", format_placement, placed)
-        energy = None
-        if prog.precision.half:  # the norm sized from the values each column can take
-            progress.stage("certify: value sets")
-            energy = certify_half.energy(prog, certify_half.values(prog))
         machine = emit(prog, plan, geom, placed, energy)
         if prog.precision.half:
             progress.stage("certify: replay in fp32, fp16, bf16, llama.cpp")

@@ -70,6 +70,30 @@ def choose_norm(d_model: int, data_energy: float, constants: int = 1) -> HalfNor
     return HalfNorm(e, min(e, HALF_GAIN_EXPONENT))
 
 
+def width_for_readers(prog: Program, data_energy: float, start: int, widest: int) -> int:
+    """The smallest power of two from ``start`` at which every reader's weight, its
+    coefficient times the norm's reader scale (which falls as the width grows: the scale
+    follows the mean of squares, energy / d), is below fp16's 65504; ``start`` where none is
+    (the weight's refusal then names the op). A program whose values are large (products
+    of digits, latched positions) pays for its readers' large coefficients with a wider
+    residual instead of a refusal."""
+    most = 0.0
+    for p in prog.producers.values():
+        lins = [x for lane in p.lanes for x in (lane.gate, lane.up)] if hasattr(p, "lanes") \
+            else [*p.q, *p.k, *p.v]
+        for x in lins:
+            most = max([most, *(abs(c) for c in x.terms.values())])
+    d = start
+    while most and d <= widest:
+        try:
+            if most * choose_norm(d, data_energy, constants=2).reader_scale <= FP16.max_finite:
+                return d
+        except EnergyError:
+            pass
+        d *= 2
+    return start
+
+
 def lm_head(prog: Program, row, scale: float) -> torch.Tensor:
     """[vocab, d]: token t in the reachable codes lo..hi gets ``G * (u_t - u_{t+1})`` read
     through ``row(lin, scale)`` (the emitter's row writer); every other token 0."""

@@ -182,7 +182,7 @@ class _Cost:
         return plan.d_model * (len(self.heads) * layer + 2 * self.vocab + 1)
 
 
-def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
+def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) -> Plan:
     """A new plan giving every live signal a column (``plan`` itself is left as it was). With
     no d_model, the width of fewest parameters among those every runtime takes
     (``usable_width``), from the live peak up: a tighter width recycles more columns, and each
@@ -221,7 +221,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None) -> Plan:
     cost = _Cost(prog, plan)
     error: WidthError | None = None
     best: tuple[float, Plan] | None = None
-    d = max(MIN_D_MODEL, peak + 1)
+    d = max(MIN_D_MODEL, peak + 1, at_least)  # at_least: a half build's readers (emit/half)
     while d <= MAX_D_MODEL:
         if not usable_width(d) or peak + reserved(d) > d or (half and not is_power_of_two(d)):
             d += 1

@@ -129,7 +129,8 @@ def select(ctx: LowerCtx, cond: Lin, cr: Interval, a: Lin, b: Lin, out: Interval
 def places(ctx: LowerCtx, x: Lin, base: int) -> list[Lin] | None:
     """p_0, p_1, ... with x = sum_j base**j p_j, each p_j an affine form of x's columns with
     coefficients below ``base`` (a coefficient is cut into its base-``base`` digits, keeping
-    its sign); None where a coefficient, the constant or a column is not a whole number."""
+    its sign); None where a coefficient, the constant or a column is not a whole number, or a
+    column is not exact (noise: its digits would carry it)."""
     out: list[Lin] = []
 
     def add(j: int, term: Lin) -> None:
@@ -140,8 +141,9 @@ def places(ctx: LowerCtx, x: Lin, base: int) -> list[Lin] | None:
     for sid, k in [(None, x.const), *x.terms.items()]:
         if k != math.floor(k):
             return None
-        if sid is not None and not _narrow(ctx, Lin.of(sid), _signal(ctx, sid)):
-            return None
+        if sid is not None and (_signal(ctx, sid).noise > 0 or
+                                not _narrow(ctx, Lin.of(sid), _signal(ctx, sid))):
+            return None  # (places of exact columns only: their digits are then exact)
         sign, m, j = math.copysign(1.0, k), int(abs(k)), 0
         while m:
             if m % base:

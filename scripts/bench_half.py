@@ -88,8 +88,8 @@ def markdown(rows: list[dict]) -> str:
           "for a like-for-like row) and with `precision=\"half\"` (max_seq_len 128 by "
           "default); transformers' greedy tokens/s over the demo prompts with fp32 weights "
           "(and bf16 for half builds); `right`: every demo answer equals the oracle's in every "
-          "dtype measured. Tokens/s were measured while other jobs shared the 2 cores: read "
-          "them as the same order, not as ratios; the sizes are exact.", "",
+          "dtype measured. Tokens/s are one short run each on a shared 2-core machine: "
+          "compare rows of one example, not examples; the sizes are exact.", "",
           "| example | build | layers | d_model | d_head | parameters | size | tok/s fp32 | "
           "tok/s bf16 | right |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -34,7 +34,7 @@ from torchwright_fx.lower.rules import (
 )
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
 from torchwright_fx.ops import ffn
-from torchwright_fx.ops.ffn import Grid, Pwl, Step
+from torchwright_fx.ops.ffn import COMPARE_ADVICE, Grid, Pwl, Step
 from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant
 
 
@@ -104,10 +104,6 @@ def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:
     eq = lo.cols[0] - hi.cols[0]
     return Stream([eq if op == "eq" else 1.0 - eq], [BOOL], True)
 
-
-COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "
-                  "digit by digit, a count instead of a weighted total), or narrow the range "
-                  "with torch.clamp or tw.claim")
 
 
 def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:

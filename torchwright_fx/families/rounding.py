@@ -20,7 +20,6 @@ from torchwright_fx.analysis.facts import (
 )
 from torchwright_fx.base.numerics import NOISE_TOLERANCE
 from torchwright_fx.capture.registry import Rule, facts, lowering
-from torchwright_fx.families.logic import COMPARE_ADVICE
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     EXACT,
@@ -42,7 +41,7 @@ from torchwright_fx.lower.rules import (
 )
 from torchwright_fx.lower.stream import Stream, const_vector, to_stream
 from torchwright_fx.ops import ffn
-from torchwright_fx.ops.ffn import Grid, Step
+from torchwright_fx.ops.ffn import COMPARE_ADVICE, Grid, Step
 from torchwright_fx.ops.ties import refuse_ties
 
 

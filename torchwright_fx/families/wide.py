@@ -129,8 +129,7 @@ def select(ctx: LowerCtx, cond: Lin, cr: Interval, a: Lin, b: Lin, out: Interval
 def places(ctx: LowerCtx, x: Lin, base: int) -> list[Lin] | None:
     """p_0, p_1, ... with x = sum_j base**j p_j, each p_j an affine form of x's columns with
     coefficients below ``base`` (a coefficient is cut into its base-``base`` digits, keeping
-    its sign); None where a coefficient, the constant or a column is not a whole number, or a
-    column is not exact (noise: its digits would carry it)."""
+    its sign); None where a coefficient, the constant or a column is not a whole number."""
     out: list[Lin] = []
 
     def add(j: int, term: Lin) -> None:
@@ -141,9 +140,8 @@ def places(ctx: LowerCtx, x: Lin, base: int) -> list[Lin] | None:
     for sid, k in [(None, x.const), *x.terms.items()]:
         if k != math.floor(k):
             return None
-        if sid is not None and (_signal(ctx, sid).noise > 0 or
-                                not _narrow(ctx, Lin.of(sid), _signal(ctx, sid))):
-            return None  # (places of exact columns only: their digits are then exact)
+        if sid is not None and not _narrow(ctx, Lin.of(sid), _signal(ctx, sid)):
+            return None
         sign, m, j = math.copysign(1.0, k), int(abs(k)), 0
         while m:
             if m % base:
@@ -175,7 +173,11 @@ def _place_ranges(ctx: LowerCtx, ps: list[Lin], base: int, through: int
 
 
 def _digit_range(rq: Interval, base: int) -> Interval:
-    return rq if 0 <= rq.lo and rq.hi < base else Interval(0, base - 1, True)
+    """A place's digit: q itself where q stays in [0, base), else q - base * floor(q / base)
+    (the floor exact, snapped if need be): q's noise either way."""
+    if 0 <= rq.lo and rq.hi < base:
+        return rq
+    return Interval(0, base - 1, True, noise=rq.noise)
 
 
 def carry_chain(ctx: LowerCtx, ps: list[Lin], base: int, through: int
@@ -219,6 +221,7 @@ def digits_of(ctx: LowerCtx, x: Lin, r: Interval, n_digits: int, base: int) -> S
         return None
     digits, (q, _) = carry_chain(ctx, ps, base, n_digits - 1)
     top = q + high
+    noise = top_rng.noise
     if modulus:
         f = rounding.rounded(ctx, Stream([top.divided(base)], [top_rng.divided(base)]),
                              "floor")
@@ -227,7 +230,8 @@ def digits_of(ctx: LowerCtx, x: Lin, r: Interval, n_digits: int, base: int) -> S
     else:  # floor(x / base**(n-1)) itself, below base by the value's range
         top_hi = min(base - 1, math.floor(r.hi / base ** (n_digits - 1)))
     cols = [top] + [d for d, _ in reversed(digits)]
-    ranges = [Interval(0, top_hi, True)] + [Interval(0, base - 1, True)] * len(digits)
+    ranges = [Interval(0, top_hi, True, noise=noise)] + \
+        [Interval(0, base - 1, True, noise=r.noise) for _, r in reversed(digits)]
     return Stream(cols, ranges)
 
 
@@ -294,10 +298,11 @@ def table(ctx: LowerCtx, x: Lin, r: Interval, entries: dict[int, float], fallbac
     eq = [ffn.staircase(0.0, [ffn.Step(h, False, 1.0), ffn.Step(h, True, -1.0)], g)
           for h in used]
     on = _whole(ctx, [(high, high_rng, f, Interval(0, 1, True)) for f in eq])
-    key_rng = Interval(0, 2 * size - 1, True)
+    low_noise = sum(r.noise * base ** j for j, (_, r) in enumerate(digits[:k]))
     parts = []
-    for h, (ind, _) in zip(used, on, strict=True):
+    for h, (ind, ind_rng) in zip(used, on, strict=True):
         part = {j: entries.get(h * size + j, fallback) - fallback for j in range(size)}
+        key_rng = Interval(0, 2 * size - 1, True, noise=low_noise + size * ind_rng.noise)
         parts.append((low + (1.0 - ind) * float(size), key_rng,
                       ffn.lookup_pwl(0, 2 * size - 1, part, 0.0),
                       Interval.of_values(sorted(set(part.values()) | {0.0}))))

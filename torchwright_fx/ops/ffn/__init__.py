@@ -91,6 +91,7 @@ from torchwright_fx.ops.ffn.snap import (  # noqa: F401
     snapped_range,
 )
 from torchwright_fx.ops.ffn.steps import (  # noqa: F401
+    COMPARE_ADVICE,
     ROUNDERS,
     StairPlan,
     Step,

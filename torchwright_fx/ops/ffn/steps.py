@@ -156,6 +156,12 @@ def rounding_steps(kind: str, lo: float, hi: float) -> tuple[int, list[Step]]:
     return base, steps
 
 
+# What a comparison or rounding refused for fp32's resolution should do instead.
+COMPARE_ADVICE = ("fp32 cannot resolve a step at this magnitude; compare smaller parts (a sum "
+                  "digit by digit, a count instead of a weighted total), or narrow the range "
+                  "with torch.clamp or tw.claim")
+
+
 def check_resolution(rng: Interval, grid: Grid | Fractions | None, what: str,
                      advice: str = "narrow the range with torch.clamp or tw.claim") -> None:
     """Raise when x's magnitude is too large for fp32 to resolve its lattice at a step's gate

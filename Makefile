@@ -78,6 +78,7 @@ RT_DIR := build/runtimes
 RT_STAMP := $(RT_DIR)/.compiled
 VLLM_VENV := .runtimes/vllm
 TL_VENV := .runtimes/tl
+NNSIGHT_VENV := .runtimes/nnsight
 
 $(RT_STAMP): $(STAMP) scripts/runtimes/compile_checkpoints.py $(wildcard torchwright_fx/*.py torchwright_fx/*/*.py examples/*.py)
 	$(PY) scripts/runtimes/compile_checkpoints.py --out $(RT_DIR)
@@ -155,8 +156,17 @@ $(INTERP_DIR)/.saved: $(STAMP) scripts/attribution_check.py $(wildcard torchwrig
 	$(PY) scripts/attribution_check.py --save $(INTERP_DIR)
 	touch $@
 
-interp-loaders: $(INTERP_DIR)/.saved $(TL_VENV)/.installed
+interp-loaders: $(INTERP_DIR)/.saved $(TL_VENV)/.installed $(NNSIGHT_VENV)/.installed
 	$(TL_VENV)/bin/python scripts/runtimes/check_tl_hooks.py $(INTERP_DIR)
+	$(NNSIGHT_VENV)/bin/python scripts/runtimes/check_nnsight.py $(INTERP_DIR)
+
+# nnsight 0.8 in its own venv (about 1 GB with torch's CPU wheel from the local index)
+$(NNSIGHT_VENV)/.installed:
+	rm -rf $(NNSIGHT_VENV)
+	python3.11 -m venv $(NNSIGHT_VENV) || python3 -m venv $(NNSIGHT_VENV)
+	$(NNSIGHT_VENV)/bin/pip install -q torch==2.13.0
+	$(NNSIGHT_VENV)/bin/pip install -q nnsight==0.8.1 transformers==5.24.0
+	touch $@
 
 # -- rv32i (issue 33; not part of `make test`) -------------------------------------------------
 # C programs for the RV32I interpreter (examples/rv32i), built with Debian's

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 import torchwright_fx as tw
 from torchwright_fx.backends.circuit_exports import ROLES
@@ -118,6 +119,7 @@ def test_components_schema_and_hooks_address_real_components(saved):
     circ = tw.load_circuit(directory)
     n_layers, n_heads, d_ff = (config["num_hidden_layers"], config["num_attention_heads"],
                                config["intermediate_size"])
+    modules = dict(AutoModelForCausalLM.from_pretrained(directory).named_modules())
     assert comps["format"] == "torchwright_fx.components/1"
     assert comps["roles"] == ROLES and "def sort" in comps["program_source"]
     assert comps["model"] == edges["model"]
@@ -144,6 +146,18 @@ def test_components_schema_and_hooks_address_real_components(saved):
         for hook in [c["hook"], c["hook_bridge"], *c["hooks"].values()]:
             m = re.match(r"^blocks\.(\d+)\.(attn|mlp)\.", hook)
             assert m and int(m.group(1)) == c["layer"], hook
+        # the same activation as a transformers module's input (nnsight, nnterp, torch hooks)
+        module = modules[c["module"]]
+        assert isinstance(module, torch.nn.Linear)
+        if c["kind"] == "head":
+            d_head = config["hidden_size"] // n_heads if "head_dim" not in config \
+                else config["head_dim"]
+            assert c["module"] == f"model.layers.{c['layer']}.self_attn.o_proj"
+            assert c["module_columns"] == list(range(c["head"] * d_head, (c["head"] + 1) * d_head))
+        else:
+            assert c["module"] == f"model.layers.{c['layer']}.mlp.down_proj"
+            assert c["module_columns"] == c["lanes"]
+        assert max(c["module_columns"]) < module.in_features
         if c["role"] == "cancel":
             assert c["fx_node"] is None and c["cancels"]
         else:

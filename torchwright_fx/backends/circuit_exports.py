@@ -330,9 +330,11 @@ def edges(prog: Program, plan: Plan, placement: Placement, d_head: int, name: st
 
 
 # -- components.json ------------------------------------------------------------------------------
-def _head_hooks(layer: int, h: int) -> dict[str, Any]:
+def _head_hooks(layer: int, h: int, d_head: int) -> dict[str, Any]:
     a = f"blocks.{layer}.attn"
     return {"hook": f"{a}.hook_z", "index": h, "selector": f"{a}.hook_z[:, :, {h}]",
+            "module": f"model.layers.{layer}.self_attn.o_proj",
+            "module_columns": list(range(h * d_head, (h + 1) * d_head)),
             "hook_bridge": f"{a}.o.hook_in", "hook_legacy": f"{a}.hook_result[{h}]",
             "hooks": {"q": f"{a}.hook_q", "k": f"{a}.hook_k", "v": f"{a}.hook_v",
                       "pattern": f"{a}.hook_pattern", "z": f"{a}.hook_z"}}
@@ -341,6 +343,7 @@ def _head_hooks(layer: int, h: int) -> dict[str, Any]:
 def _lane_hooks(layer: int, lanes: list[int]) -> dict[str, Any]:
     m = f"blocks.{layer}.mlp"
     return {"hook": f"{m}.hook_post", "index": lanes,
+            "module": f"model.layers.{layer}.mlp.down_proj", "module_columns": list(lanes),
             "selector": f"{m}.hook_post[:, :, {lanes}]", "hook_bridge": f"{m}.out.hook_in",
             "hook_legacy": f"{m}.hook_post{lanes}",
             "hooks": {"gate": f"{m}.hook_pre", "up": f"{m}.hook_pre_linear",
@@ -380,7 +383,7 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
         node = CANCEL if cancel else head.name
         op, source = ("", "") if cancel else fx.get(node, ("internal", head.source))
         comp: dict[str, Any] = {"id": unit, "kind": "head", "layer": layer, "head": h,
-                                **_head_hooks(layer, h), "role": role_of(op, node, True),
+                                **_head_hooks(layer, h, d_head), "role": role_of(op, node, True),
                                 "fx_node": None if cancel else node, "op": op or None,
                                 "source": source or None}
         reads = parents.get(unit, {})

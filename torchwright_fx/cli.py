@@ -101,8 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("prompt")
             p.add_argument("--reference", action="store_true", help="eager semantics, no weights")
+    p = sub.add_parser("suite", help="write a circuit-discovery benchmark (from a checkout)")
+    p.add_argument("out", help="the folder to write")
+    p.add_argument("--n", type=int, default=20, help="how many programs (default 20)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-len", type=int, default=5, help="tracr programs' input length")
+    p.add_argument("--pairs", type=int, default=8, help="prompt pairs per program")
     args = parser.parse_args(argv)
     try:
+        if args.command == "suite":
+            return _suite(args)
         return _run(args)
     except TorchwrightError as e:  # the user's mistake: one message, no traceback
         print(f"torchwright-fx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
@@ -124,6 +132,22 @@ def compile_and_write(program: Compiled, output: str, onnx: str | None = None,
         print(f"wrote {program.to_onnx(onnx, hf_dir=out)}")
     if gguf:
         print(f"wrote {program.save_gguf(gguf)}")
+
+
+def _suite(args: argparse.Namespace) -> int:
+    """``suite``: tracr's library and fuzzer programs with their ground truth and prompt pairs
+    (examples/suite.py), which live in the repository, not the package."""
+    try:
+        from examples import suite
+    except ImportError:
+        raise UsageError("suite draws from examples/rasp and tests/fuzzgen.py: run it from a "
+                         "torchwright_fx checkout (the folder holding examples/)") from None
+    from pathlib import Path
+
+    start = time.perf_counter()
+    index = suite.write(Path(args.out), args.n, args.seed, args.max_len, args.pairs)
+    print(f"wrote {len(index)} programs to {args.out} in {time.perf_counter() - start:.0f}s")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -16,18 +16,19 @@ from pathlib import Path
 import numpy as np
 from llama_cpp import Llama
 
-RASP_HALF = ("count", "count_less_freq", "detect_pattern", "length", "reverse", "shift_by",
-             "sort_freq")
+RASP_HALF = ("count", "count_less_freq", "detect_pattern", "hist", "length", "nary_sequencemap",
+             "reverse", "shift_by", "sort_freq")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-len", type=int, default=10)
     parser.add_argument("--per-length", type=int, default=2)
+    parser.add_argument("names", nargs="*", default=RASP_HALF, help="programs (default: all)")
     args = parser.parse_args(argv)
     wrong = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in RASP_HALF:
+        for name in args.names:
             module = importlib.import_module(f"examples.rasp.{name}")
             program = module.make(max_len=args.max_len, precision="half")
             path = program.save_gguf(Path(tmp) / f"{name}.gguf")

@@ -180,7 +180,7 @@ RV_CFLAGS := -march=rv32i -mabi=ilp32 -O2 -ffreestanding -fno-builtin \
 RV_PROGS := hello sum fib sort bytes alu primes collatz gcd
 RV_ELFS := $(RV_PROGS:%=$(RV_DIR)/elf/%.elf)
 RV_DEPS := $(RV_DIR)/c/crt0.S $(RV_DIR)/c/rt.c $(RV_DIR)/c/sys.h $(RV_DIR)/c/link.ld
-.PHONY: rv32i-elfs rv32i-qemu rv32i-verify
+.PHONY: rv32i-elfs rv32i-qemu rv32i-verify rv32i-llama
 
 rv32i-elfs: $(RV_ELFS)
 
@@ -197,3 +197,7 @@ rv32i-verify: $(STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --verify
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/sum.elf --verify --max-seq-len 5376; \
 		test $$? -eq 186  # sum exits with 5050 mod 256
+
+# hello through llama.cpp (examples/rv32i/llama_decode.py in the llama venv; about a minute)
+rv32i-llama: $(STAMP) $(LLAMA_STAMP)
+	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --backend llama | grep -qx 'Hello, world!'

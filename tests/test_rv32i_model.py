@@ -95,6 +95,15 @@ def test_run_refuses_what_the_model_lacks():
         run.prepare(str(ELF_DIR / "hello.elf"), None, 1024)
 
 
+def test_the_llama_backend_names_the_venv_it_needs(monkeypatch, tmp_path):
+    """--backend llama decodes in the llama venv (a subprocess); without it, a refusal that says
+    which make target builds it (the decoding itself: `make rv32i-llama`)."""
+    monkeypatch.setattr(run, "LLAMA_PY", tmp_path / "no-venv" / "bin" / "python")
+    monkeypatch.setattr(run, "program", lambda max_seq_len=None: None)
+    with pytest.raises(run.Refused, match="make runtime-llama"):
+        run.load("llama")
+
+
 @pytest.mark.slow
 def test_the_eager_program_is_the_same_machine(compiled):
     prompt, want = trace.run(asm.image(LOOP[:2] + asm.exit_with(1)))

@@ -1,7 +1,7 @@
 """The rv32i command line.
 
     python -m examples.rv32i ref PROG.elf [--max-instructions N] [--check] [--trace FILE]
-    python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf]
+    python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf|llama]
                                           [--verify] [--max-seq-len L]
     python -m examples.rv32i qemu PROG.elf ...
 

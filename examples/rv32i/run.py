@@ -16,6 +16,8 @@ reason (the reference runs it first, so a program that never exits needs
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +28,9 @@ from examples.rv32i.reference import Fault, Machine, Step
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "build" / "rv32i"
+# --backend llama: the venv `make runtime-llama` builds, and its threads (the 2 cores here)
+LLAMA_PY = ROOT / ".runtimes" / "llama" / "venv" / "bin" / "python"
+LLAMA_THREADS = 2
 
 
 class Refused(ValueError):
@@ -99,7 +104,12 @@ def load(backend: str, max_seq_len: int | None = None):
         import torch
         from transformers import AutoModelForCausalLM
         return AutoModelForCausalLM.from_pretrained(str(_saved(compiled)), dtype=torch.float32)
-    raise Refused(f"backend {backend!r} is not built yet (runtime, hf)")
+    if backend == "llama":
+        if not LLAMA_PY.exists():
+            raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
+                          f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
+        return _gguf(compiled)
+    raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
 def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
@@ -119,7 +129,28 @@ def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
         if model.VOCAB.eos_id in new:
             new = new[:new.index(model.VOCAB.eos_id)]
         return model.VOCAB.decode(new)
-    raise Refused(f"backend {backend!r} is not built yet (runtime, hf)")
+    if backend == "llama":  # a subprocess in the llama venv (examples/rv32i/llama_decode.py)
+        request = {"gguf": str(loaded), "ids": ids, "eos": model.VOCAB.eos_id,
+                   "max_new_tokens": max_new_tokens, "threads": LLAMA_THREADS,
+                   "half": model.program.options.precision == "half"}
+        done = subprocess.run([str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py"))],
+                              input=json.dumps(request), capture_output=True, text=True,
+                              check=False)
+        if done.returncode:
+            raise Refused(f"llama.cpp failed: {done.stderr.strip().splitlines()[-1:]}")
+        return model.VOCAB.decode(json.loads(done.stdout))
+    raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
+
+
+def _gguf(compiled) -> Path:
+    """The F32 GGUF of the current model.py at this length, written once (as ``_saved``)."""
+    digest = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes()).hexdigest()[:12]
+    out = CACHE / f"gguf-{digest}-{compiled.options.max_seq_len}.gguf"
+    if not out.exists():
+        print(f"rv32i: writing the GGUF {out}", file=sys.stderr)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        compiled.compile().save_gguf(out)
+    return out
 
 
 def _saved(compiled) -> Path:

@@ -19,7 +19,8 @@ from pathlib import Path
 def _discover() -> list[str]:
     here = str(Path(__file__).parent)
     return sorted(m.name for m in pkgutil.iter_modules([here])
-                  if not m.name.startswith("_") and m.name != "compile" and not m.ispkg)
+                  if not m.name.startswith("_") and m.name not in ("compile", "suite")
+                  and not m.ispkg)
 
 
 NAMES = _discover()

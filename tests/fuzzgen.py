@@ -39,6 +39,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+import hfcheck
 import torch
 
 import torchwright_fx as tw
@@ -50,8 +51,7 @@ LONG_SEQ_LENS = (128, 512, 2048, 4096, 8192)  # scripts/fuzz.py --long: where fp
 HALF_SEQ_LENS = (16, 32, 64, 128, 128, 256)
 HALF_LONG_SEQ_LENS = (512, 1024, 2048, 4096)  # precision="half" with --long
 # precision="half": (dtype, attn_implementation) of every transformers run of a compiled program
-HF_CONFIGS = tuple((dt, impl) for dt in (torch.float32, torch.float16, torch.bfloat16)
-                   for impl in ("eager", "sdpa"))
+HF_CONFIGS = hfcheck.CONFIGS
 CMP_OPS = (">", ">=", "<", "<=", "==", "!=")
 
 

@@ -98,12 +98,12 @@ def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:
         return at_least(math.floor(t) + 1.0 if op == "gt" else float(math.ceil(t)))
     if t != math.floor(t):
         return Stream([Lin.constant(0.0 if op == "eq" else 1.0)], [BOOL], True)
+    if not (wide.signable(ctx, x - t) and wide.signable(ctx, x - (t + 1.0))):
+        return None  # decided before either side is built
     lo, hi = at_least(t), at_least(t + 1.0)
-    if lo is None or hi is None:
-        return None
+    assert lo is not None and hi is not None
     eq = lo.cols[0] - hi.cols[0]
     return Stream([eq if op == "eq" else 1.0 - eq], [BOOL], True)
-
 
 
 def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:
@@ -209,10 +209,10 @@ def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     (c,) = _bools(ctx, cond)
     c = c.broadcast(w)
     x, y = streams_of(ctx, a, b)
-    if w == 1 and wide.is_wide(ctx, x.cols[0], x.ranges[0].hull(y.ranges[0])):
+    both = x.ranges[0].hull(y.ranges[0])
+    if w == 1 and wide.is_wide(ctx, x.cols[0], both):
         # a whole number half cannot hold in one column: its terms, selected group by group
-        split = wide.select(ctx, c.cols[0], c.ranges[0], x.cols[0], y.cols[0],
-                            x.ranges[0].hull(y.ranges[0]))
+        split = wide.select(ctx, c.cols[0], c.ranges[0], x.cols[0], y.cols[0], both)
         if split is not None:
             return Stream([split[0]], [split[1]])
     cols = Columns(ctx, w)

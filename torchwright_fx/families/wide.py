@@ -249,6 +249,11 @@ def _chain_base(ctx: LowerCtx, x: Lin) -> tuple[int, list[Lin], list[Interval]] 
     return best
 
 
+def signable(ctx: LowerCtx, x: Lin) -> bool:
+    """Whether ``sign_form`` applies to x (its places' intervals only; nothing lowered)."""
+    return _chain_base(ctx, x) is not None
+
+
 def sign_form(ctx: LowerCtx, x: Lin) -> tuple[Lin, Interval] | None:
     """A narrow q with x >= 0 iff q >= 0, for a wide whole number x: the rest above x's
     lowest places after their carries (x = base**J q + digits in [0, base**J)); None where

@@ -168,9 +168,10 @@ HEAD_RECIPROCAL_ERROR = 2.0 ** -22
 # every pair at 2048).
 COUNTED_MEAN_PRODUCT = 2.0 ** -21
 
-# Fractions k/n are searched over every n <= max_den: beyond this many denominators a mean is
+# Fractions k/n are searched over every n <= max_den (0.1 s at 131072, Phi-3's long context):
+# beyond this many denominators a mean is
 # treated as real-valued (its comparisons use RAMP_WIDTH ramps).
-MAX_MEAN_DENOMINATORS = 32768
+MAX_MEAN_DENOMINATORS = 131072
 
 # -- claims ----------------------------------------------------------------------------------
 # tw.claim(v, lo, hi, integral=True) snaps the eager value to the nearest integer when it is
@@ -222,6 +223,12 @@ SELECT_FEATURE_NOISE = 2.0 ** -30
 # logits are sums of this many equal products G * 1, which fp32 adds to the same value in any
 # order only up to three terms (x + x is exact, x + 2x the only sum of three).
 MAX_SELECT_PARTS = 3
+# A match that holds for exactly one key (gather's position == target) has no ties to keep:
+# its head's logits are whole multiples of an integer gain, exact in any order of summation,
+# so it may take this many digit parts (8**8 = 2**24 positions in 64 content dims).
+UNIQUE_MATCH_PARTS = 8
+# Its gain: a whole number, the margin with its headroom (AMPLITUDE_HEADROOM * ATTENTION_MARGIN).
+UNIQUE_MATCH_GAIN = 180.0
 # == on more values than one side encodes is matched by digits in these bases: powers of two,
 # so that the digits floor(v / base**j) are exact staircases of the exact value.
 DIGIT_BASES = (8, 16, 32, 64)
@@ -238,6 +245,10 @@ FINE_PLANE = 1
 # The coarse plane turns this far over max_seq_len: below pi, so that a lobe is monotone on
 # each side of its peak over the whole context, and the recency lobe sweeps [pi/6, 5pi/6].
 LOBE_SPAN = 2.0 * math.pi / 3.0
+# Beyond this max_seq_len a lobe head's gap is certified by its rounding bound alone
+# (ops/lobe_bound.py); up to it, a bound that falls short is settled by replaying every
+# (query, key) pair in fp32, O(n**2): 10 s a head at 32768, half an hour at 131072.
+REPLAY_LENGTH = 32768
 # The margin search tries this many lengths below a failing one, one by one (each fails fast).
 SCAN_LENGTHS = 64
 FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32 (round to nearest)

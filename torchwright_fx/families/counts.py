@@ -79,6 +79,21 @@ def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
     return exact[0]
 
 
+def exact_position(ctx: LowerCtx) -> Lin:
+    """The position i as an exact whole number: the decoder's output snapped onto the
+    integers, built once per program."""
+    shared, n = ctx.prog.shared, ctx.geom.max_seq_len
+    if shared.exact_position is None:
+        decoded = decoder.position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name, ctx.source)
+        rng = Interval(0, n - 1, True, noise=decoder.noise(ctx.prog.machine, n))
+        snapped = rules.snapped(ctx, decoded, rng) if rng.noise else (decoded, rng)
+        if snapped is None:
+            raise ctx.error(f"the position cannot be rounded exactly at max_seq_len={n} "
+                            f"(decoding error {rng.noise:.3g})", "lower max_seq_len")
+        shared.exact_position = snapped[0]
+    return shared.exact_position
+
+
 def reciprocal(ctx: LowerCtx, m: Lin) -> tuple[Lin, float]:
     """1/m for an exact count m (and its relative error bound); at most 3 at m = 0."""
     n = ctx.geom.max_seq_len
@@ -99,10 +114,12 @@ def step_sum(points: tuple[float, ...], at_least: Callable[[int], Lin | None]) -
 
 def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
              recip_error: float, empty: tuple[Lin, float] | None, rng: Interval,
-             group: int) -> tuple[Lin, Interval]:
+             group: int, rows: Callable[[], Lin] | None = None) -> tuple[Lin, Interval]:
     """``p_0 + total * recip`` (a mean of the values ``points``: ``total`` the exact sum of
     v - p_0 over the averaged rows, ``recip`` 1/their count within ``recip_error``), plus
-    ``empty = (m, value)``: ``value`` where the count m is 0. ``rng``: v's facts."""
+    ``empty = (m, value)``: ``value`` where the count m is 0. ``rng``: v's facts. ``rows``:
+    the count m as an exact column, built on demand, where it is never 0 (registered so that
+    a comparison of the mean compares whole numbers: ``logic._counted_compare``)."""
     n = ctx.geom.max_seq_len
     spread = points[-1] - points[0]
     # the lanes' error, and the reference's own rounding of S/m at the mean's size: the facts
@@ -126,6 +143,8 @@ def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
     above = Interval(lo - points[0], hi - points[0], max_den=n, den_group=group, noise=noise,
                      rounding=rounding)
     (col,) = ctx.finish(bank, [above])
+    if rows is not None and spread and len(col.terms) == 1:
+        ctx.prog.shared.counted_means[next(iter(col.terms))] = (total, rows, spread * n, n)
     return col + points[0], Interval(lo, hi, max_den=n, den_group=group, noise=noise,
                                      rounding=rounding)
 
@@ -141,11 +160,20 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
         inverse = ctx.prog.shared.inverse_position
         assert inverse is not None
         recip, recip_error, m = inverse, HEAD_RECIPROCAL_ERROR, None
+
+        def every_row() -> Lin:  # m = i + 1
+            return exact_position(ctx) + 1.0
+        rows: Callable[[], Lin] | None = every_row
     else:
         ones = [i for i, w in enumerate(wside.values) if w == 1.0]
         m, inverse = count(ctx, wside.indicator(ctx, ones), float(where_at_bos == 1.0), "rows")
+        rows = None  # m may be 0 (the empty value is taken then)
         if where_at_bos == 1.0:  # <bos> is averaged: the head's 1/(c'+1) is 1/m
             recip, recip_error = inverse, HEAD_RECIPROCAL_ERROR
+
+            def counted_rows(m: Lin = m) -> Lin:  # m >= 1: <bos> is one of them
+                return m
+            rows = counted_rows
         else:
             recip, recip_error = reciprocal(ctx, m)
     cols, ranges = [], []
@@ -167,7 +195,8 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
 
         total = step_sum(points, at_least)
         empty = None if m is None or where_at_bos == 1.0 else (m, v_at_bos[c])
-        mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group)
+        mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group,
+                             rows if empty is None else None)
         cols.append(mean)
         ranges.append(out)
     return Stream(cols, ranges)

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from torchwright_fx.base.numerics import DIGIT_BASES, MAX_SELECT_PARTS, MAX_SELECT_VALUES
+from torchwright_fx.base.numerics import (
+    DIGIT_BASES,
+    MAX_SELECT_PARTS,
+    MAX_SELECT_VALUES,
+    UNIQUE_MATCH_PARTS,
+)
 from torchwright_fx.families import rounding
 from torchwright_fx.families.selection import Leaf, Selector, exact_column, stream_side
 from torchwright_fx.ir.linear import Lin
@@ -16,18 +21,22 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
 
 
-def _layouts() -> list[tuple[int, int]]:
+def _layouts(max_parts: int) -> list[tuple[int, int]]:
     """(parts, base) of at least two parts, fewest content dims first."""
-    return sorted(((m, b) for m in range(2, MAX_SELECT_PARTS + 1) for b in DIGIT_BASES),
+    return sorted(((m, b) for m in range(2, max_parts + 1) for b in DIGIT_BASES),
                   key=lambda mb: (mb[0] * mb[1], mb[0]))
 
 
 def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream, key_bos: float,
-                   query_bos: float) -> Selector | None:
+                   query_bos: float, unique: bool = False) -> Selector | None:
     """``keys == queries`` on more whole numbers than one side encodes (MAX_SELECT_VALUES), as
     the AND of equalities of their base-2**k digits: u = v - lo is split into ``parts`` digits
     with floor staircases on the exact (snapped) values, each digit one factor of ``base``
-    dims. None when this does not apply (the plain selection then decides or refuses)."""
+    dims. None when this does not apply (the plain selection then decides or refuses).
+    ``unique``: exactly one key matches every query (gather's positions), read by a head of
+    whole-number logits with no <bos> dims (``positional._unique_match``), so any number of
+    parts up to UNIQUE_MATCH_PARTS may be used; otherwise at most MAX_SELECT_PARTS, whose
+    selected keys' logits must tie bit for bit, plus a <bos> dim a part."""
     if keys.width != 1 or queries.width != 1:
         return None
     ranges = (keys.ranges[0], queries.ranges[0])
@@ -37,10 +46,11 @@ def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream, key_bos: float,
     n = int(max(r.hi for r in ranges) - lo) + 1
     if n <= MAX_SELECT_VALUES:
         return None
-    fits = [(m, b) for m, b in _layouts()
-            if b ** m >= n and m * b + m <= ctx.geom.tail]  # + m: the readers' <bos> dims
+    layouts = _layouts(UNIQUE_MATCH_PARTS if unique else MAX_SELECT_PARTS)
+    extra = 0 if unique else 1  # the readers' <bos> dim a part
+    fits = [(m, b) for m, b in layouts if b ** m >= n and m * (b + extra) <= ctx.geom.tail]
     if not fits:
-        need = min((m * b + m for m, b in _layouts() if b ** m >= n), default=None)
+        need = min((m * (b + extra) for m, b in layouts if b ** m >= n), default=None)
         if need is None:
             return None
         d_head = 1 << (need + ctx.geom.rotary - 1).bit_length()

@@ -378,13 +378,17 @@ def _by_square(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
 
 def _by_digits(ctx: LowerCtx, v: Stream, at: Stream, half: bool = False) -> Stream | None:
     """v at key j with p_j == clamp(at_i, 0, p_i), matched digit by digit on the exact
-    (snapped) positions (``digits.digit_equality``); at 0 nothing matches and the head reads
-    the <bos> row, v's own: gather's clamp to [0, i]. ``half``: positions are exact whole
+    (snapped) positions (``digits.digit_equality``), one key matching at every query (the
+    <bos> row, position 0, where the target clamps to 0). ``half``: positions are exact whole
     numbers below 128, matched as one equality (its values' classes) when they are too few
     for digits."""
     p = Stream([_position_lin(ctx)], [_position_range(ctx)])
-    # clamp(at, 0, p) = relu(at) - relu(at - p), both lanes in one bank
     a, a_rng = at.cols[0], at.ranges[0]
+    if not half:  # both onto the integers first: the clamp's lanes add their noise
+        p = _exact_position(ctx, p)
+        if a_rng.noise > 0:
+            a, a_rng = rules.snapped(ctx, a, a_rng) or (a, a_rng)
+    # clamp(at, 0, p) = relu(at) - relu(at - p), both lanes in one bank
     over, over_rng = a - p.cols[0], a_rng - p.ranges[0]
     relus = rules.pwl_stream(ctx, [a, over], [a_rng, over_rng], [ffn.relu_pwl()] * 2,
                              [r.clamp(0.0, math.inf).with_noise(0.0) for r in (a_rng, over_rng)])
@@ -392,14 +396,36 @@ def _by_digits(ctx: LowerCtx, v: Stream, at: Stream, half: bool = False) -> Stre
     clamped = Interval(max(loose.lo, 0.0), min(loose.hi, p.ranges[0].hi), True,
                        noise=loose.noise)
     target = Stream([relus.cols[0] - relus.cols[1]], [clamped])
-    sel = digits.digit_equality(ctx, p, target, 0.0, 0.0)
+    sel = digits.digit_equality(ctx, p, target, 0.0, 0.0, unique=not half)
     if sel is None and half:
         sel = selection.Leaf(
             (selection.stream_side(ctx, p.cols[0], p.ranges[0], 0.0, "positions", "keys"),),
             (selection.stream_side(ctx, target.cols[0], clamped, 0.0, "gather's position",
                                    "queries"),),
             lambda kv, qv: kv[0] == qv[0], "position == at", "==")
-    return None if sel is None else _latest_match(ctx, sel, v, "gather")
+    if sel is None:
+        return None
+    return _latest_match(ctx, sel, v, "gather") if half else _unique_match(ctx, sel, v)
+
+
+def _exact_position(ctx: LowerCtx, p: Stream) -> Stream:
+    """The decoded position snapped onto the integers, once per program."""
+    if p.ranges[0].noise == 0:
+        return p
+    return Stream([counts.exact_position(ctx)], [p.ranges[0].with_noise(0.0)])
+
+
+def _unique_match(ctx: LowerCtx, sel: selection.Selector, v: Stream) -> Stream:
+    """v at the one key whose every digit matches (positions are distinct, and the clamped
+    target is a position j <= i: exactly one key matches at every query). No recency lobe: the
+    logit is the gain times the number of digits that match, a whole number fp32 sums exactly
+    in any order, and the match leads every other key by the gain at any length."""
+    feats = selection.content(ctx, sel, "gather", numerics.UNIQUE_MATCH_PARTS)
+    assert feats is not None
+    q, k = selection.head_qk(ctx, feats, numerics.UNIQUE_MATCH_GAIN, [], False, "gather")
+    ranges = moved_ranges_of(ctx, v.ranges)
+    cols = attention.heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
+    return Stream(cols, ranges, v.is_bool)
 
 
 def _centre(n: int) -> int:

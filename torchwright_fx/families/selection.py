@@ -401,9 +401,11 @@ def _equality_digits(ctx: LowerCtx, leaf: Leaf, n_digits: int, room: int
     return feats
 
 
-def content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
+def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT_PARTS
+            ) -> list[Features] | None:
     """The factors' features; None when the selector can never select anything. A factor
-    ``keys == queries`` with more value classes than the head holds is split into digits."""
+    ``keys == queries`` with more value classes than the head holds is split into digits.
+    ``max_parts``: more than MAX_SELECT_PARTS only for a match no two keys share (gather)."""
     leaves = sel.factors()
     if leaves is None:
         return None
@@ -441,7 +443,7 @@ def content(ctx: LowerCtx, sel: Selector, what: str) -> list[Features] | None:
             continue
         kenc, qenc = encode(ctx, leaf.keys, "key"), encode(ctx, leaf.queries, "query")
         feats.append(_factor(ctx, kenc, qenc, matrices[i]))
-    if len(feats) > MAX_SELECT_PARTS:
+    if len(feats) > max_parts:
         raise ctx.error(f"{what} joins {len(feats)} selections with &, more than "
                         f"{MAX_SELECT_PARTS} in one head (the selected keys' logits must sum the "
                         "same few equal products bit for bit)",

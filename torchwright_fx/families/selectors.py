@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,15 +105,18 @@ def _predicate(predicate: str | Callable[[float, float], Any]) -> Callable[[floa
     return lambda k, q: bool(predicate(k, q))
 
 
-def _causal(sel: torch.Tensor) -> torch.Tensor:
-    """The selector with the causal mask 1 <= j <= i applied."""
+def _causal_rows(sel: torch.Tensor, rows: int = 1024) -> Iterator[tuple[slice, torch.Tensor]]:
+    """The causal selector a block of query rows at a time, so that what the eager readers
+    derive from it (positions, counts) stays O(rows * n) in memory at 131072 positions."""
     if sel.dim() != 2 or sel.shape[0] != sel.shape[1] or sel.dtype != torch.bool:
         raise TypeError("expected a selector (from tw.select), got a tensor of shape "
                         f"{tuple(sel.shape)} and dtype {sel.dtype}")
     n = sel.shape[0]
-    mask = torch.ones(n, n, dtype=torch.bool).tril()
-    mask[:, 0] = False
-    return sel & mask
+    keys = torch.arange(n)
+    for start in range(0, n, rows):
+        at = slice(start, min(n, start + rows))
+        mask = (keys[None, :] <= torch.arange(at.start, at.stop)[:, None]) & (keys[None, :] > 0)
+        yield at, sel[at] & mask
 
 
 def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Selector:
@@ -171,10 +174,13 @@ def _default_value(default: str | float) -> float:
 def aggregate(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0) -> torch.Tensor:
     """The mean of ``v`` over the positions ``sel`` selects (1 <= j <= i); ``default`` where
     none is selected. With one selected position (or equal values) it is that value."""
-    m = _causal(sel).to(torch.float32)
-    v = _values_column(v, m.shape[0])
-    counts = m.sum(dim=1, keepdim=True)
-    out = (m @ v) / counts.clamp(min=1)
+    n = sel.shape[0]
+    v = _values_column(v, n)
+    out, counts = torch.zeros(n, v.shape[1]), torch.zeros(n, 1)
+    for at, m in _causal_rows(sel):
+        m = m.to(torch.float32)
+        counts[at] = m.sum(dim=1, keepdim=True)
+        out[at] = (m @ v) / counts[at].clamp(min=1)
     return torch.where(counts > 0, out, torch.full_like(out, _default_value(default)))
 
 
@@ -183,10 +189,11 @@ def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
                   ) -> torch.Tensor:
     """``v`` at the most recent position ``sel`` selects (1 <= j <= i); ``default`` where none
     is selected."""
-    m = _causal(sel)
-    n = m.shape[0]
+    n = sel.shape[0]
     v = _values_column(v, n)
-    last = torch.where(m, torch.arange(n)[None, :], torch.full((n, n), -1)).max(dim=1).values
+    last = torch.full((n,), -1, dtype=torch.long)
+    for at, m in _causal_rows(sel):  # the latest selected key: the largest index, -1 if none
+        last[at] = torch.where(m, torch.arange(n)[None, :], -1).max(dim=1).values
     out = v[last.clamp(min=0)]
     return torch.where((last >= 0)[:, None], out, torch.full_like(out, _default_value(default)))
 
@@ -194,7 +201,10 @@ def select_latest(sel: torch.Tensor, v: torch.Tensor, default: str | float = 0.0
 @intrinsic()  # lowered by _lower_width below
 def selector_width(sel: torch.Tensor) -> torch.Tensor:
     """The number of positions ``sel`` selects (1 <= j <= i), ``[seq, 1]``."""
-    return _causal(sel).sum(dim=1, keepdim=True).to(torch.float32)
+    width = torch.zeros(sel.shape[0], 1)
+    for at, m in _causal_rows(sel):
+        width[at] = m.sum(dim=1, keepdim=True).to(torch.float32)
+    return width
 
 
 def heads(ctx: LowerCtx, q: list[Lin], k: list[Lin], values: list[Lin],

@@ -111,6 +111,11 @@ class Shared:
     inverse_position: Lin | None = None  # fl(1 / (i + 1)), the head the position decodes
     position_squared: Lin | None = None  # its square, for tw.gather (families/positional.py)
     position_squared_error: float = 0.0  # |position_squared - position**2|
+    exact_position: Lin | None = None  # the position snapped onto the integers (gather)
+    # a counted mean's column (families/counts.py) -> (its exact sum of v - p_0, its row count
+    # m >= 1 built on demand, their largest values): a comparison of the mean compares them
+    counted_means: dict[int, tuple[Lin, Callable[[], Lin], float, float]] = field(
+        default_factory=dict)
     indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
 
 

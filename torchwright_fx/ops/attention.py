@@ -22,9 +22,11 @@ fine plane turns at ``sqrt(theta)``, a period of about 3.5 * sqrt(max_seq_len). 
   so that for i < k every key sits on the rising side and the nearest one, the BOS row, wins
   (the contract "BOS row when i - k < 0"). Longer shifts use the coarse plane alone.
 
-``check_margins`` replays the logits in fp32 exactly as Phi-3 computes them, for every query
-position up to ``max_seq_len``, and refuses a geometry whose measured gap is below
-``ATTENTION_MARGIN``.
+``check_margins`` bounds the fp32 logit gap over every query position from the rounding of each
+step (``ops/lobe_bound.py``, O(max_seq_len)); where that bound falls short of
+``ATTENTION_MARGIN`` and max_seq_len is at most REPLAY_LENGTH, it replays the logits in fp32
+exactly as Phi-3 computes them (O(max_seq_len**2)), and it refuses a geometry whose gap is
+below the margin.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ from torchwright_fx.base.numerics import (
     LONG_ROTARY_DIMS,
     MEAN_VALIDITY,
     ROTARY_DIMS,
+    REPLAY_LENGTH,
     SCAN_LENGTHS,
     SINGLE_PLANE_LENGTH,
     is_power_of_two,
 )
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.ops import lobe_bound
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ def _inv_freq(rope_theta: float, rotary: int) -> torch.Tensor:
     return 1.0 / (rope_theta ** (torch.arange(0, rotary, 2, dtype=torch.float) / rotary))
 
 
-Lobe = tuple[tuple[int, float, float], ...]  # (plane, amplitude, peak distance) per plane
+Lobe = lobe_bound.Lobe  # (plane, amplitude, peak distance) per plane
 
 
 @lru_cache(maxsize=256)
@@ -181,7 +185,7 @@ def lobe(geom: Geometry, offset: int) -> Lobe:
         coarse_amp = AMPLITUDE_HEADROOM * ATTENTION_MARGIN / (1.0 - math.cos(alias))
         two = ((FINE_PLANE, fine_amp, float(offset)),
                (geom.coarse_plane, coarse_amp, float(offset)))
-        if _gap(geom, two, offset, 0)[0] >= ATTENTION_MARGIN:  # (cached: the check's replay)
+        if _certified(geom, two, offset, 0, ATTENTION_MARGIN)[0] >= ATTENTION_MARGIN:
             return two
     return coarse
 
@@ -202,8 +206,20 @@ def measured_gap(geom: Geometry, offset: int, with_validity: bool | int,
     occurs, replaying Phi-3's RoPE and dot product in fp32: for a shift, the target minus the
     runner-up; for the recency lobe (offset 0), every key minus the one before it (so the most
     recent of any set of keys wins). With ``stop_below``, returns as soon as a gap below it is
-    found (a pass/fail question)."""
-    return _gap(geom, lobe(geom, offset), offset, int(with_validity), stop_below)  # cached
+    found (a pass/fail question). The bound of ``ops/lobe_bound.py`` decides first (O(n));
+    where it does not reach the margin, lengths up to REPLAY_LENGTH are replayed."""
+    return _certified(geom, lobe(geom, offset), offset, int(with_validity), stop_below)
+
+
+@lru_cache(maxsize=256)
+def _certified(geom: Geometry, planes: Lobe, offset: int, with_validity: int,
+               stop_below: float = -math.inf) -> tuple[float, int]:
+    freqs = {plane: geom.frequency(plane) for plane, _, _ in planes}
+    bound = lobe_bound.gap_bound(geom.max_seq_len, planes, freqs, offset, geom.validity,
+                                 with_validity)
+    if bound[0] >= max(ATTENTION_MARGIN, stop_below) or geom.max_seq_len > REPLAY_LENGTH:
+        return bound
+    return _gap(geom, planes, offset, with_validity, stop_below)  # cached
 
 
 @lru_cache(maxsize=256)

@@ -138,9 +138,9 @@ def product_rounding(ra: Interval, rb: Interval, shifted: bool = False,
         if g.count(r) > max_pairs:
             return bound
         grids.append(np.array(g.points(r), dtype=np.float32))
+    if len(grids[0]) * len(grids[1]) > max_pairs or len(grids[0]) * len(grids[1]) == 0:
+        return bound  # (before the pairs are made: 2**32 of them at 65536 positions)
     a, b = np.meshgrid(*grids, indexing="ij")
-    if a.size > max_pairs or a.size == 0:
-        return bound
     import torch  # the runtime's own silu
 
     ta, tb = torch.from_numpy(a.ravel()), torch.from_numpy(b.ravel())

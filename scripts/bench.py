@@ -322,7 +322,7 @@ def _clear_geometry_caches() -> None:
     """The fp32 replays (attention margins, position decoder) are cached per process."""
     from torchwright_fx.ops import attention, position
 
-    for cached in (attention.lobe, attention._gap,
+    for cached in (attention.lobe, attention._gap, attention._certified,
                    position.measured_error, position.knots, position._counts,
                    position.chord_error, position.two_stages):
         cached.cache_clear()

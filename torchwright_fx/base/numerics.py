@@ -227,8 +227,9 @@ MAX_SELECT_PARTS = 3
 # its head's logits are whole multiples of an integer gain, exact in any order of summation,
 # so it may take this many digit parts (8**8 = 2**24 positions in 64 content dims).
 UNIQUE_MATCH_PARTS = 8
-# Its gain: a whole number, the margin with its headroom (AMPLITUDE_HEADROOM * ATTENTION_MARGIN).
-UNIQUE_MATCH_GAIN = 180.0
+# Its gain: a whole number, twice the margin with its headroom (AMPLITUDE_HEADROOM *
+# ATTENTION_MARGIN = 180): the <bos> row sits half a gain below a full match and above the rest.
+UNIQUE_MATCH_GAIN = 360.0
 # == on more values than one side encodes is matched by digits in these bases: powers of two,
 # so that the digits floor(v / base**j) are exact staircases of the exact value.
 DIGIT_BASES = (8, 16, 32, 64)

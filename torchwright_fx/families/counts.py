@@ -30,6 +30,7 @@ from torchwright_fx.base.numerics import (
     WIDTH_GAIN,
 )
 from torchwright_fx.families import selection
+from torchwright_fx.ir.graph import CountedMean
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import EXACT, INEXACT, ONCE, Interval
 from torchwright_fx.lower import rules
@@ -118,8 +119,9 @@ def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
     """``p_0 + total * recip`` (a mean of the values ``points``: ``total`` the exact sum of
     v - p_0 over the averaged rows, ``recip`` 1/their count within ``recip_error``), plus
     ``empty = (m, value)``: ``value`` where the count m is 0. ``rng``: v's facts. ``rows``:
-    the count m as an exact column, built on demand, where it is never 0 (registered so that
-    a comparison of the mean compares whole numbers: ``logic._counted_compare``)."""
+    the count m as an exact column, built on demand, where it is never 0 (``empty``'s m
+    otherwise): registered so that a comparison of the mean compares whole numbers
+    (``logic._counted_compare``)."""
     n = ctx.geom.max_seq_len
     spread = points[-1] - points[0]
     # the lanes' error, and the reference's own rounding of S/m at the mean's size: the facts
@@ -143,8 +145,16 @@ def quotient(ctx: LowerCtx, points: tuple[float, ...], total: Lin, recip: Lin,
     above = Interval(lo - points[0], hi - points[0], max_den=n, den_group=group, noise=noise,
                      rounding=rounding)
     (col,) = ctx.finish(bank, [above])
+    at_empty = None
+    if empty is not None:
+        m, at_empty = empty[0], empty[1] - points[0]
+
+        def counted_rows() -> Lin:
+            return m
+        rows = counted_rows
     if rows is not None and spread and len(col.terms) == 1:
-        ctx.prog.shared.counted_means[next(iter(col.terms))] = (total, rows, spread * n, n)
+        ctx.prog.shared.counted_means[next(iter(col.terms))] = CountedMean(
+            total, rows, spread * n, float(n), group, at_empty)
     return col + points[0], Interval(lo, hi, max_den=n, den_group=group, noise=noise,
                                      rounding=rounding)
 
@@ -195,8 +205,7 @@ def counted_mean(ctx: LowerCtx, v: Stream, where: Stream | None, v_at_bos: list[
 
         total = step_sum(points, at_least)
         empty = None if m is None or where_at_bos == 1.0 else (m, v_at_bos[c])
-        mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group,
-                             rows if empty is None else None)
+        mean, out = quotient(ctx, points, total, recip, recip_error, empty, rng, group, rows)
         cols.append(mean)
         ranges.append(out)
     return Stream(cols, ranges)

@@ -92,27 +92,48 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
 
 def _counted_compare(ctx: LowerCtx, x: Lin, rng: Interval, t: float, op: str,
                      scale: float | None, shown: int) -> Stream | None:
-    """[x op t] for x = c * mean + b, a mean built from counts (``counts.quotient``): the
-    mean less its first value is total / m for whole numbers total and m >= 1, so x op t is
-    the sign of Q * (c * total + (b - t) * m), a whole number: exact at any length, where the
-    attainable means either side of t crowd closer than the mean's own error (1.9e-6 apart
-    around 1/4 at 131072 positions). None where the form does not apply."""
-    if len(x.terms) != 1:
+    """[x op t] for x = sum_k c_k * mean_k + b, means built from counts over the same rows
+    (``counts.quotient``): each mean less its first value is total_k / m for whole numbers
+    total_k and m, so where m >= 1, x op t is the sign of
+    Q * (sum_k c_k * total_k + (b - t) * m), a whole number: exact at any length, where the
+    attainable means either side of t crowd closer than the means' own error (1.9e-6 apart
+    around 1/4 at 131072 positions). Where m can be 0 (a ``where`` or a selection) the form is
+    0 there, and the value the means take then is added as a constant on [m == 0]. None where
+    the form does not apply (the means' own steps then decide or refuse)."""
+    counted = ctx.prog.shared.counted_means
+    if not x.terms or not all(sid in counted for sid in x.terms):
         return None
-    ((sid, c),) = x.terms.items()
-    total, rows, total_hi, m_hi = ctx.prog.shared.counted_means[sid]
-    fc, fb = read_float(c), read_float(x.const) - read_float(t)
-    q = math.lcm(fc.denominator, fb.denominator)
-    a, b = fc * q, fb * q  # whole numbers
-    corners = [float(a) * u + float(b) * m for u in (0.0, total_hi) for m in (1.0, m_hi)]
-    if max(abs(v) for v in corners) >= FP32_EXACT_INTEGERS:
+    means = [counted[sid] for sid in x.terms]
+    if len({cm.group for cm in means}) != 1:
+        return None
+    coefs = [read_float(c) for c in x.terms.values()]
+    fb = read_float(x.const) - read_float(t)
+    q = math.lcm(fb.denominator, *(c.denominator for c in coefs))
+    a, b = [c * q for c in coefs], fb * q  # whole numbers
+    rows_hi = means[0].rows_hi
+    reach = sum(abs(float(ak)) * cm.total_hi for ak, cm in zip(a, means, strict=True)) + \
+        abs(float(b)) * rows_hi + 1.0
+    if reach >= FP32_EXACT_INTEGERS:
         return None
     with user_errors(ctx):  # the reference compares fl(mean) with t: it must not land on t
         values = value_set(ctx, x, rng)
         refuse_ties(rng, values, [read_float(t)], "this comparison", scale, shown)
         refuse_unheld_constant(t, rng, values, "this comparison")
-    z = total * float(a) + rows() * float(b)
-    return _compare(ctx, Stream([z], [Interval(min(corners), max(corners), True)]), 0.0, op)
+    rows = means[0].rows()
+    z = rows * float(b)
+    for ak, cm in zip(a, means, strict=True):
+        z = z + cm.total * float(ak)
+    if any(cm.at_empty is not None for cm in means):  # no rows: every total and m are 0
+        empty = sum(float(c) * (cm.at_empty or 0.0) for c, cm in zip(coefs, means, strict=True))
+        if _holds(op, empty + float(fb), 0.0) != _holds(op, 0.0, 0.0):
+            some = _compare(ctx, Stream([rows], [Interval(0, rows_hi, True)]), 0.5, "gt")
+            lift = 1.0 if _holds(op, 1.0, 0.0) == _holds(op, empty + float(fb), 0.0) else -1.0
+            z = z + (1.0 - some.cols[0]) * lift
+    return _compare(ctx, Stream([z], [Interval(-reach, reach, True)]), 0.0, op)
+
+
+def _holds(op: str, a: float, b: float) -> bool:
+    return {"gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[op]
 
 
 def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:

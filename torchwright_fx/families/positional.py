@@ -417,12 +417,17 @@ def _exact_position(ctx: LowerCtx, p: Stream) -> Stream:
 
 def _unique_match(ctx: LowerCtx, sel: selection.Selector, v: Stream) -> Stream:
     """v at the one key whose every digit matches (positions are distinct, and the clamped
-    target is a position j <= i: exactly one key matches at every query). No recency lobe: the
-    logit is the gain times the number of digits that match, a whole number fp32 sums exactly
-    in any order, and the match leads every other key by the gain at any length."""
+    target is a position j <= i: one key matches at every query, the <bos> row at 0). No
+    recency lobe: the logit is the gain times the number of digits that match, a whole number
+    fp32 sums exactly in any order, and the match leads every other key by half the gain at
+    any length."""
     feats = selection.content(ctx, sel, "gather", numerics.UNIQUE_MATCH_PARTS)
     assert feats is not None
-    q, k = selection.head_qk(ctx, feats, numerics.UNIQUE_MATCH_GAIN, [], False, "gather")
+    # a selection never selects the <bos> row (its features are 0): it takes m - 1/2 parts'
+    # worth, half a gain below a full match and above every partial one, and wins where the
+    # target is 0 (no key matches then)
+    gain = numerics.UNIQUE_MATCH_GAIN
+    q, k = selection.head_qk(ctx, feats, gain, [gain * (len(feats) - 0.5)], False, "gather")
     ranges = moved_ranges_of(ctx, v.ranges)
     cols = attention.heads(ctx.prog, ctx.geom, q, k, v.cols, ranges, ctx.name, ctx.source)
     return Stream(cols, ranges, v.is_bool)

@@ -103,6 +103,21 @@ class Check:
     source: str
 
 
+@dataclass(frozen=True)
+class CountedMean:
+    """A mean built from counts (families/counts.py): its column holds ``total / m``, the mean
+    less its first value, for whole numbers total and m (both exact columns) where m >= 1, and
+    ``at_empty`` where m is 0 (None: m is never 0). Means of one ``group`` average the same
+    rows, so their m is one number."""
+
+    total: Lin
+    rows: Callable[[], Lin]  # m, built on demand (the exact position + 1 for a whole context)
+    total_hi: float
+    rows_hi: float
+    group: int
+    at_empty: float | None
+
+
 @dataclass
 class Shared:
     """Sub-results built once per program and read by every op that needs them."""
@@ -112,10 +127,8 @@ class Shared:
     position_squared: Lin | None = None  # its square, for tw.gather (families/positional.py)
     position_squared_error: float = 0.0  # |position_squared - position**2|
     exact_position: Lin | None = None  # the position snapped onto the integers (gather)
-    # a counted mean's column (families/counts.py) -> (its exact sum of v - p_0, its row count
-    # m >= 1 built on demand, their largest values): a comparison of the mean compares them
-    counted_means: dict[int, tuple[Lin, Callable[[], Lin], float, float]] = field(
-        default_factory=dict)
+    # a counted mean's column -> how it was counted: a comparison of means compares counts
+    counted_means: dict[int, CountedMean] = field(default_factory=dict)
     indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
 
 

@@ -1,0 +1,88 @@
+"""Long contexts (issue 37): max_seq_len 131072 (Phi-3's long context), certified at compile time
+for every intrinsic, with a size close to the 16384 build's.
+
+Beyond REPLAY_LENGTH the lobe heads are certified by their rounding bound (ops/lobe_bound.py),
+gather matches the exact position digit by digit with a unique-match head, and a comparison of
+counted means compares whole numbers (families/logic.py: _counted_compare). The builds are
+checked teacher-forced through transformers on a few thousand tokens here; the 60,000-token run
+is `scripts/long/check_long.py` (marked slow below)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import load_hf
+from long_programs import VOCAB, memory_lines, stream
+
+import torchwright_fx as tw
+
+LONG = 131072
+DIGITS = tw.Vocab("0123456789ab=\n")
+
+
+def _d(x: torch.Tensor) -> torch.Tensor:
+    return tw.lookup(x, {str(i): i for i in range(10)}, default=0)
+
+
+INTRINSICS = {
+    "shift": lambda x: tw.token("0") + tw.shift(_d(x), 3),
+    "latch": lambda x: tw.token("0") + tw.latch(_d(x), tw.is_token(x, "=")),
+    "select_latest": lambda x: tw.token("0") + tw.select_latest(
+        tw.select(_d(x), _d(x), "=="), tw.shift(_d(x), 1)),
+    "aggregate": lambda x: tw.token("0") + (tw.aggregate(
+        tw.select(_d(x), _d(x), "=="), tw.is_token(tw.shift(x, 1), "a")) > 0.5).float(),
+    "mean_vs_mean": lambda x: tw.token("0") + (
+        tw.mean(tw.is_token(x, "a")) >= tw.mean(tw.is_token(x, "b"))).float(),
+    "mean_where": lambda x: tw.token("0") + (tw.mean(
+        tw.is_token(x, "a"), tw.is_token(x, "a") + tw.is_token(x, "b") > 0) > 0.5).float(),
+    "selector_width": lambda x: tw.token("0") + torch.clamp(
+        tw.selector_width(tw.select(_d(x), _d(x), "==")), 0, 9),
+    "steps_since": lambda x: tw.token("0") + torch.clamp(
+        tw.steps_since(tw.is_token(x, "\n")), 0, 9),
+    "gather": lambda x: tw.token("0") + tw.gather(
+        _d(x), tw.position(x) - tw.steps_since(tw.is_token(x, "\n"))),
+    "argmax": lambda x: tw.token("0") + tw.argmax(_d(x), tw.shift(_d(x), 1)),
+    "argmin_where": lambda x: tw.token("0") + tw.argmin(_d(x), tw.shift(_d(x), 1),
+                                                         tw.is_token(x, "a")),
+}
+
+
+def _digits_stream(n: int, seed: int) -> list[int]:
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        out += [rng.choice("0123456789ab=") for _ in range(rng.randint(0, 60))] + ["\n"]
+    return DIGITS.encode("".join(out[:n]))
+
+
+def _teacher_forced_wrong(program: tw.Compiled, ids: list[int], tmp_path) -> int:
+    model, _ = load_hf(program.save_pretrained(tmp_path / "m"))
+    want = program.printed_ids(ids)
+    with torch.no_grad():
+        got = model(torch.tensor([ids])).logits[0].argmax(-1)
+    return int((got != want).sum())
+
+
+@pytest.mark.parametrize("name", sorted(INTRINSICS))
+def test_every_intrinsic_compiles_at_131072_and_is_right(name, tmp_path):
+    program = tw.compile(INTRINSICS[name], vocab=DIGITS, max_seq_len=LONG).compile()
+    assert program.stats()["max_seq_len"] == LONG
+    assert _teacher_forced_wrong(program, _digits_stream(1500, 7), tmp_path) == 0
+
+
+def test_the_acceptance_program_costs_little_more_at_131072_than_at_16384(tmp_path):
+    short = tw.compile(memory_lines, vocab=VOCAB, max_seq_len=16384).compile().stats()
+    program = tw.compile(memory_lines, vocab=VOCAB, max_seq_len=LONG).compile()
+    long = program.stats()
+    assert long["layers"] <= 1.5 * short["layers"]
+    assert long["parameters"] <= 2 * short["parameters"]
+    ids = VOCAB.encode(stream(2999, 3))
+    assert _teacher_forced_wrong(program, ids, tmp_path) == 0
+
+
+@pytest.mark.slow
+def test_the_acceptance_program_is_right_on_60000_tokens_through_transformers(tmp_path):
+    """About 3 minutes on 2 cores: the eager reference (30 s) and one sdpa forward (2 min)."""
+    program = tw.compile(memory_lines, vocab=VOCAB, max_seq_len=LONG).compile()
+    assert _teacher_forced_wrong(program, VOCAB.encode(stream(59999, 1)), tmp_path) == 0

@@ -41,6 +41,11 @@ INTRINSICS = {
         tw.selector_width(tw.select(_d(x), _d(x), "==")), 0, 9),
     "steps_since": lambda x: tw.token("0") + torch.clamp(
         tw.steps_since(tw.is_token(x, "\n")), 0, 9),
+    "position_mod": lambda x: tw.token("0") + torch.remainder(tw.position(x), 10),
+    "steps_since_mod": lambda x: tw.token("0") + torch.remainder(
+        tw.steps_since(tw.is_token(x, "\n")), 7),
+    "width_mod": lambda x: tw.token("0") + torch.remainder(
+        tw.selector_width(tw.select(_d(x), _d(x), "==")), 10),
     "gather": lambda x: tw.token("0") + tw.gather(
         _d(x), tw.position(x) - tw.steps_since(tw.is_token(x, "\n"))),
     "argmax": lambda x: tw.token("0") + tw.argmax(_d(x), tw.shift(_d(x), 1)),

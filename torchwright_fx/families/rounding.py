@@ -36,6 +36,7 @@ from torchwright_fx.lower.rules import (
     on_exact_inputs,
     pwl_stream,
     scaled_stream,
+    snapped,
     user_errors,
     value_set,
 )
@@ -193,6 +194,11 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
 
 def _remainder_of(ctx: LowerCtx, x: Stream, ms: list[float], kind: str) -> Stream:
     quotient = _rounded(ctx, divided_stream(x, ms), kind)
+    # x - m q carries m times the quotient's noise (a long staircase's lanes round in fp32):
+    # where that is more than the steps after it tolerate, the quotient is snapped first
+    pairs = [(snapped(ctx, q, r) or (q, r)) if r.noise * abs(k) > NOISE_TOLERANCE else (q, r)
+             for q, r, k in zip(quotient.cols, quotient.ranges, ms, strict=True)]
+    quotient = Stream([q for q, _ in pairs], [r for _, r in pairs])
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
               .with_rounding(r.derived() if Interval.point(k).rounding == EXACT else INEXACT)

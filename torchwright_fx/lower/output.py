@@ -47,6 +47,12 @@ def decodable(ctx: LowerCtx, value: Stream) -> Stream:
     if decode.margin(prog, col, rng) > 0 or len(col.terms) <= 1:
         return value
     bank = ctx.bank(1)
+    exact = ffn.integer_sum_error(col, lambda sid: prog.signals[sid].range)
+    if exact is not None:  # whole numbers: the gate is exact, the lanes round the code alone
+        ffn.linear(bank, 0, col, 1.0)
+        out = rng.with_noise(exact + 3 * numerics.FP32_UNIT * rng.magnitude)
+        (summed,) = ctx.finish(bank, [out])
+        return Stream([summed], [out])
     ffn.linear(bank, 0, col - col.const, 1.0)
     terms = [prog.signals[s].range for s in col.terms]
     rounding = (len(terms) + 2) * numerics.FP32_UNIT * sum(

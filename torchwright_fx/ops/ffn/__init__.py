@@ -86,6 +86,7 @@ from torchwright_fx.ops.ffn.pwl import (  # noqa: F401
 from torchwright_fx.ops.ffn.snap import (  # noqa: F401
     copy,
     copy_error,
+    integer_sum_error,
     snap,
     snap_error,
     snapped_range,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from torchwright_fx.base.numerics import (
+    FP32_EXACT_INTEGERS,
     FP32_UNIT,
     SILU_SCALE,
     SNAP_LIMIT,
@@ -52,6 +53,28 @@ def snap_error(x: Lin, rng: Interval, signal_range: Callable[[int], Interval]) -
         return None
     # fp32 rounding of every product and of the partial sums that do not hold K yet
     return total + (len(x.terms) + 1) * FP32_UNIT * reach
+
+
+def integer_sum_error(x: Lin, signal_range: Callable[[int], Interval]) -> float | None:
+    """How far fp32's dot product of ``x`` (its constant included) may fall from x's exact
+    value when every product is a whole number (a coefficient times a signal on a lattice it
+    maps onto the integers) and every partial sum stays below 2**24 in magnitude: then each product
+    and partial sum is a whole number fp32 holds, and only the terms' own noise moves them (a
+    rounding at most doubles a distance from the integers it sits near). None otherwise."""
+    if not (float(x.const).is_integer() and fp32_exact(x.const)):
+        return None
+    reach, noise = abs(x.const), 0.0
+    for sid, c in x.terms.items():
+        r = signal_range(sid)
+        k = Fraction(c)
+        if not (fp32_exact(c) and r.finite and r.step is not None
+                and (k * r.step).denominator == 1 and (k * r.offset).denominator == 1):
+            return None  # a product off the integers
+        reach += abs(c) * (r.magnitude + r.noise)
+        noise += abs(c) * r.noise
+    if reach >= FP32_EXACT_INTEGERS or noise * 2 ** len(x.terms) >= SNAP_NOISE:
+        return None
+    return noise * 2 ** len(x.terms)
 
 
 def snap(bank: Bank, out: int, x: Lin) -> None:

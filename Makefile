@@ -201,3 +201,24 @@ rv32i-verify: $(STAMP)
 # hello through llama.cpp (examples/rv32i/llama_decode.py in the llama venv; about a minute)
 rv32i-llama: $(STAMP) $(LLAMA_STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --backend llama | grep -qx 'Hello, world!'
+
+# -- long contexts (issue 37; not part of `make test`) -------------------------------------
+.PHONY: bench-long check-long check-long-vllm
+LONG_LEN ?= 131072
+LONG_TOKENS ?= 60000
+# the size and compile-time curve 512 -> 131072 into docs/benchmarks.md (about 10 minutes)
+bench-long: $(STAMP)
+	$(PY) scripts/bench_long.py
+
+# issue 37's program at max_seq_len LONG_LEN, teacher-forced on a LONG_TOKENS-token prompt
+# through transformers (about 3 minutes at 60000), llama.cpp (about 8) and vLLM on CPU
+check-long: $(STAMP) $(LLAMA_STAMP)
+	$(PY) scripts/long/check_long.py --max-seq-len $(LONG_LEN) --tokens $(LONG_TOKENS)
+	PYTHONPATH=. $(LLAMA_PY) scripts/long/check_long_llama.py --max-seq-len $(LONG_LEN) \
+		--tokens $(LONG_TOKENS)
+
+check-long-vllm: $(STAMP) $(VLLM_VENV)/.installed
+	$(PY) scripts/long/check_long_vllm.py compile build/long/vllm --max-seq-len $(LONG_LEN) \
+		--tokens $(LONG_TOKENS)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=nobind \
+		$(VLLM_VENV)/bin/python scripts/long/check_long_vllm.py run build/long/vllm

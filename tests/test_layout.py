@@ -41,9 +41,9 @@ NOT_CONSTRUCTION = {
     "backends/runtime.py": {"ROWS"},  # query rows per block of a long prefill (speed, memory)
     "base/machines.py": {"FP32", "FP16", "BF16"},  # the IEEE formats' own parameters
     "backends/onnx": {"FORMAT_VERSION", "INTRA_OP_THREADS"},  # file format, runtime threads
-    "ir/graph.py": {"EMBED"},  # the embedding's producer id
+    "ir/graph.py": {"EMBED", "ALL_POSITIONS"},  # the embedding's producer id; a sentinel
     "ir/ranges.py": {"_memo", "BOOL"},  # a cache size; the 0/1 interval
-    "families/positional.py": {"ALL_POSITIONS"},  # a sentinel
+    "ops/lobe_bound.py": {"SQRT2"},  # the length of a diagonal
     "progress.py": {"REDRAW_SECONDS", "SUMMARY_SECONDS"},  # display timing
     "schedule/": {"TIME_LIMITS", "WALL_FACTOR", "PROBING_LIMIT", "CACHE_VERSION",
                   "EMBED_STAGE"},  # solver budgets, cache format, the embedding's stage

@@ -13,6 +13,7 @@ from torchwright_fx.families import positional as positional
 from torchwright_fx.families import selectors as selectors
 from torchwright_fx.families import tables as tables
 from torchwright_fx.families.functions import piecewise, reciprocal
+from torchwright_fx.families.gather import gather
 from torchwright_fx.families.intrinsics import (
     check,
     claim,
@@ -23,7 +24,7 @@ from torchwright_fx.families.intrinsics import (
     shift,
     token,
 )
-from torchwright_fx.families.positional import argmax, argmin, gather, mean, position, steps_since
+from torchwright_fx.families.positional import argmax, argmin, mean, position, steps_since
 from torchwright_fx.families.selectors import aggregate, select, select_latest, selector_width
 from torchwright_fx.families.tables import (
     digits_to_number,

@@ -246,6 +246,10 @@ FINE_PLANE = 1
 # The coarse plane turns this far over max_seq_len: below pi, so that a lobe is monotone on
 # each side of its peak over the whole context, and the recency lobe sweeps [pi/6, 5pi/6].
 LOBE_SPAN = 2.0 * math.pi / 3.0
+# Beyond this max_seq_len tw.position (and steps_since, gather's keys) reads the decoded position
+# snapped onto the integers, one MLP sublayer once per program: the decoder's error (0.0234 at
+# 65536, 0.047 at 131072) would otherwise add up through every sum of positions.
+EXACT_POSITION_LENGTH = 32768
 # Beyond this max_seq_len a lobe head's gap is certified by its rounding bound alone
 # (ops/lobe_bound.py); up to it, a bound that falls short is settled by replaying every
 # (query, key) pair in fp32, O(n**2): 10 s a head at 32768, half an hour at 131072.
@@ -253,6 +257,11 @@ REPLAY_LENGTH = 32768
 # The margin search tries this many lengths below a failing one, one by one (each fails fast).
 SCAN_LENGTHS = 64
 FP32_UNIT = 2.0 ** -24  # unit roundoff of fp32 (round to nearest)
+# The lobe bound (ops/lobe_bound.py): a runtime's cos and sin tables are within one ulp of a
+# value below 1 (2 * FP32_UNIT, of the rounded angle), and its frequencies within a few
+# roundings of Phi-3's (llama.cpp computes theta_scale powers itself): relative 2 * FP32_UNIT.
+ROTARY_TABLE_ERROR = 2.0 * FP32_UNIT
+ROTARY_FREQUENCY_SLACK = 2.0 * FP32_UNIT
 # every whole number of magnitude below this is an fp32 value (24 significant bits)
 FP32_EXACT_INTEGERS = 2.0 ** 24
 # Validity gain of a mean head: valid keys C, the BOS fallback C/2, everything else 0; the

@@ -58,4 +58,4 @@ def argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None, sign: 
         (selection.stream_side(ctx, best, Interval(s_lo, s_hi, True), best_bos, "best score",
                                "queries"),),
         lambda kv, qv: kv[0] == qv[0], "score == best", "==")
-    return positional._latest_match(ctx, sel, v, "argmax")
+    return positional.latest_match(ctx, sel, v, "argmax")

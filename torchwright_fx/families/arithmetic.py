@@ -20,6 +20,7 @@ from torchwright_fx.analysis.facts import (
 from torchwright_fx.base import numerics
 from torchwright_fx.capture.registry import facts, lowering
 from torchwright_fx.families.rounding import rounded, rounded_facts
+from torchwright_fx.ir.graph import ALL_POSITIONS
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.ranges import (
     EXACT,
@@ -51,7 +52,29 @@ def _mul(ctx: LowerCtx, a: Any, b: Any, *, step: float | None = None) -> Stream:
         stream, k = (a, b) if is_const(b) else (b, a)
         return scaled_stream(to_stream(stream, w), const_vector(k, w))
     x, y = streams_of(ctx, a, b)
-    return product(ctx, x, y, step)
+    counted = _counted_times_count(ctx, x, y) or _counted_times_count(ctx, y, x)
+    return counted if counted is not None else product(ctx, x, y, step)
+
+
+def _counted_times_count(ctx: LowerCtx, x: Stream, y: Stream) -> Stream | None:
+    """x * y for x = c * mean + b, a mean over every position built from counts
+    (``counts.quotient``: the mean less its first value is total / m), and y = position + 1 = m:
+    the whole number c * total + b * m, exact at any length, instead of a product of two
+    noisy values (a mean times its count, as a running sum is written)."""
+    shared = ctx.prog.shared
+    if x.width != 1 or len(x.cols[0].terms) != 1:
+        return None
+    ((sid, c),) = x.cols[0].terms.items()
+    cm = shared.counted_means.get(sid)
+    if cm is None or cm.at_empty is not None or cm.group != ALL_POSITIONS:
+        return None
+    if not any(p is not None and y.cols[0] == p + 1.0
+               for p in (shared.position, shared.exact_position)):
+        return None
+    b = x.cols[0].const
+    out = x.ranges[0] * y.ranges[0]
+    out = dataclasses.replace(out, near_integral=True).with_noise(0.0)
+    return Stream([cm.total * c + cm.rows() * b], [out])
 
 
 def product(ctx: LowerCtx, x: Stream, y: Stream, step: float | None = None) -> Stream:

@@ -34,7 +34,7 @@ def digit_equality(ctx: LowerCtx, keys: Stream, queries: Stream, key_bos: float,
     with floor staircases on the exact (snapped) values, each digit one factor of ``base``
     dims. None when this does not apply (the plain selection then decides or refuses).
     ``unique``: exactly one key matches every query (gather's positions), read by a head of
-    whole-number logits with no <bos> dims (``positional._unique_match``), so any number of
+    whole-number logits with no <bos> dims (``gather._unique_match``), so any number of
     parts up to UNIQUE_MATCH_PARTS may be used; otherwise at most MAX_SELECT_PARTS, whose
     selected keys' logits must tie bit for bit, plus a <bos> dim a part."""
     if keys.width != 1 or queries.width != 1:

@@ -69,7 +69,8 @@ def _on_exact_inputs(ctx: LowerCtx, x: Stream, compute: Callable[[Stream], Strea
     return on_exact_inputs(ctx, x, compute, float(NOISE_TOLERANCE), reference_checked=True)
 
 
-def _rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
+def _rounded(ctx: LowerCtx, x: Stream, kind: str, scales: list[float] | None = None
+             ) -> Stream:
     """floor / ceil / round (half to even) / trunc of every column: a staircase on x's grid
     (exact at lattice points) or off-grid (exact outside RAMP_WIDTH of each threshold), split
     into coarse and fine stages when one stage would leave fp32's exact range."""
@@ -115,12 +116,15 @@ def _rounded(ctx: LowerCtx, x: Stream, kind: str) -> Stream:
     if not any(p is not None and p.block is not None for p in plans):
         return Stream(out_cols, [_round_range(kind, r).with_noise(s.noise)
                                  for r, s in zip(x.ranges, stage1.ranges, strict=True)])
-    return _fine_stage(ctx, x, kind, plans, stage1, out_cols)
+    return _fine_stage(ctx, x, kind, plans, stage1, out_cols, scales)
 
 
 def _fine_stage(ctx: LowerCtx, x: Stream, kind: str, plans: list[ffn.StairPlan | None],
-                stage1: Stream, out_cols: list[Lin]) -> Stream:
-    """Second stage of a split staircase: kind(x) = block*q + kind(x - block*q)."""
+                stage1: Stream, out_cols: list[Lin], scales: list[float] | None = None
+                ) -> Stream:
+    """Second stage of a split staircase: kind(x) = block*q + kind(x - block*q). ``scales``:
+    what the caller multiplies each result by (a remainder's modulus): a fine stage whose
+    noise that many times is more than the steps after it tolerate is snapped first."""
     second = Columns(ctx, x.width)
     fine_ranges = []
     with user_errors(ctx):
@@ -140,6 +144,12 @@ def _fine_stage(ctx: LowerCtx, x: Stream, kind: str, plans: list[ffn.StairPlan |
             second.pwl(i, rem, r_rng, f)
             fine_ranges.append(_round_range(kind, r_rng))
     stage2 = second.finish(fine_ranges)
+    if scales is not None:  # a long staircase's lanes round in fp32; m times that may be too much
+        cols2, ranges2 = list(stage2.cols), list(stage2.ranges)
+        for i, (c, r) in enumerate(zip(stage2.cols, stage2.ranges, strict=True)):
+            if r.noise * abs(scales[i]) > NOISE_TOLERANCE:
+                cols2[i], ranges2[i] = snapped(ctx, c, r) or (c, r)
+        stage2 = Stream(cols2, ranges2)
     noise = [s.noise for s in stage1.ranges]
     for i, plan in enumerate(plans):
         if plan is not None and plan.block is not None:
@@ -193,12 +203,14 @@ def _modulus(ctx: LowerCtx, a: Any, m: Any, kind: str) -> Stream:
 
 
 def _remainder_of(ctx: LowerCtx, x: Stream, ms: list[float], kind: str) -> Stream:
-    quotient = _rounded(ctx, divided_stream(x, ms), kind)
-    # x - m q carries m times the quotient's noise (a long staircase's lanes round in fp32):
-    # where that is more than the steps after it tolerate, the quotient is snapped first
-    pairs = [(snapped(ctx, q, r) or (q, r)) if r.noise * abs(k) > NOISE_TOLERANCE else (q, r)
-             for q, r, k in zip(quotient.cols, quotient.ranges, ms, strict=True)]
-    quotient = Stream([q for q, _ in pairs], [r for _, r in pairs])
+    quotient = _rounded(ctx, divided_stream(x, ms), kind, ms)  # x - m q: m times q's noise
+    if any(r.noise * abs(k) > NOISE_TOLERANCE and len(c.terms) > 1
+           for c, r, k in zip(x.cols, quotient.ranges, ms, strict=True)):
+        # the fine stage's form reads x's terms, too many to snap with it: x as one column first
+        one = [(snapped(ctx, c, r) or (c, r)) if len(c.terms) > 1 else (c, r)
+               for c, r in zip(x.cols, x.ranges, strict=True)]
+        x = Stream([c for c, _ in one], [r for _, r in one], x.is_bool)
+        quotient = _rounded(ctx, divided_stream(x, ms), kind, ms)
     cols = [c - q * k for c, q, k in zip(x.cols, quotient.cols, ms, strict=True)]
     ranges = [_mod_range(ctx, c, r, k, kind).with_noise(r.noise + abs(k) * q.noise)
               .with_rounding(r.derived() if Interval.point(k).rounding == EXACT else INEXACT)

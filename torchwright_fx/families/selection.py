@@ -28,7 +28,7 @@ from torchwright_fx.ir.ranges import BOOL, ONCE, Interval, read_float
 from torchwright_fx.lower import rules
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import attention, ffn
+from torchwright_fx.ops import ffn
 from torchwright_fx.ops.ties import refuse_ties
 
 
@@ -450,50 +450,3 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
                         "combine fewer selectors, or join conditions into one tw.select with "
                         "a predicate function")
     return feats
-
-
-def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[float],
-        positional: bool, what: str) -> tuple[list[Lin], list[Lin]]:
-    geom = ctx.geom
-    if positional:
-        q, k = attention.positional_qk(geom, 0)
-    else:
-        q = [Lin() for _ in range(geom.d_head)]
-        k = [Lin() for _ in range(geom.d_head)]
-    dims = [(fq * gain, fk) for f in feats for fq, fk in zip(f.q, f.k, strict=True)]
-    dims += [(Lin.constant(c), bos_indicator(ctx)) for c in bos_dims]
-    if len(dims) > geom.tail:
-        fits = 1 << (len(dims) + geom.rotary - 1).bit_length()
-        raise ctx.error(f"{what} needs {len(dims)} content dims in one head (one per class of "
-                        f"equivalent key or query values, plus the <bos> fallback), more than "
-                        f"the {geom.tail} of d_head={geom.d_head}",
-                        f"compile with d_head={fits}, or select on streams with fewer distinct "
-                        "values (map them first with tw.lookup)", fits)
-    for ql, _ in dims:  # the tie argument: each query dim is G * (0/1 signals), or G
-        assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
-            f"{what}: a query feature is not G times whole 0/1 columns: {ql}"
-    for r, (ql, kl) in enumerate(dims):
-        q[geom.rotary + r], k[geom.rotary + r] = ql, kl
-    return q, k
-
-
-def latest_half(ctx: LowerCtx, feats: list[Features], values: list[Lin],
-                ranges: list[Interval]) -> list[Lin]:
-    """The values at the latest key the factors ``feats`` select, the <bos> row when none, in
-    half precision: recency from the exact position, every logit a whole multiple of the gain
-    (``ops/position_half.latest``)."""
-    from torchwright_fx.ops import position_half
-
-    parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
-    return position_half.latest(ctx.prog, ctx.geom, parts, values, ranges, bos_indicator(ctx),
-                                ctx.name, ctx.source)
-
-
-def width_half(ctx: LowerCtx, feats: list[Features]) -> Lin:
-    """The number of keys 1 <= j <= i the factors ``feats`` select, in half precision: an
-    averaging head and a search of exact comparisons (``ops/count_half.width``)."""
-    from torchwright_fx.ops import count_half
-
-    parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
-    return count_half.width(ctx.prog, ctx.geom, parts, bos_indicator(ctx), ctx.name,
-                            ctx.source)

@@ -61,7 +61,7 @@ from torchwright_fx.capture.registry import (
     resolve_callables,
     token_value,
 )
-from torchwright_fx.families import counts, digits, selection
+from torchwright_fx.families import counts, digits, selection, selection_heads
 from torchwright_fx.families.intrinsics import (
     as_column,
     moved_ranges,
@@ -239,7 +239,7 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Str
     if feats is None:
         return _const_stream(default, v.width)
     m = len(feats)
-    q, k = selection.head_qk(ctx, feats, MEAN_GAIN, [m * MEAN_GAIN - FALLBACK_GAP], False,
+    q, k = selection_heads.head_qk(ctx, feats, MEAN_GAIN, [m * MEAN_GAIN - FALLBACK_GAP], False,
                              "aggregate")
     n = ctx.geom.max_seq_len
     # the denominator is the selection's count: shared by every aggregate of this selector
@@ -312,15 +312,15 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
         return _const_stream(default, v.width)
     ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
     if ctx.prog.precision.half:  # recency from the exact position (ops/position_half.py)
-        return Stream(selection.latest_half(ctx, feats, _with_default(ctx, v, default),
+        return Stream(selection_heads.latest_half(ctx, feats, _with_default(ctx, v, default),
                                             ranges), ranges, v.is_bool)
     m = len(feats)
-    # m parts: every selected key carries m validity units, the latch's replay at m
-    attention.check_margins(ctx.geom, 0, with_validity=max(m, 1))
+    # m parts: every selected key carries m validity units, the latch's check at m
+    selection_heads.check_recency(ctx, m, "select_latest")
     gain = ctx.geom.validity
     # <bos> ties with the selection in content (m dims of the same product): the lobe then
     # puts every selected j >= 1 above it
-    q, k = selection.head_qk(ctx, feats, gain, [gain] * m, True, "select_latest")
+    q, k = selection_heads.head_qk(ctx, feats, gain, [gain] * m, True, "select_latest")
     if not feats:  # "true": every position but <bos> is valid
         q[ctx.geom.rotary] = Lin.constant(gain)
         k[ctx.geom.rotary] = 1.0 - bos_indicator(ctx)
@@ -334,7 +334,7 @@ def _width_inverse(ctx: LowerCtx, sel: Selector) -> Lin | None:
     if feats is None:
         return None
     m = len(feats)
-    q, k = selection.head_qk(ctx, feats, WIDTH_GAIN, [WIDTH_GAIN] * max(m, 1), False,
+    q, k = selection_heads.head_qk(ctx, feats, WIDTH_GAIN, [WIDTH_GAIN] * max(m, 1), False,
                              "selector_width")
     if m == 0:  # "true": every key (and <bos>) at the same logit
         q[ctx.geom.rotary] = Lin()
@@ -351,7 +351,7 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
         feats = selection.content(ctx, sel, "selector_width")
         if feats is None:
             return _const_stream(0.0, 1)
-        return Stream([selection.width_half(ctx, feats)],
+        return Stream([selection_heads.width_half(ctx, feats)],
                       [Interval(0, ctx.geom.max_seq_len - 1, True)])
     inverse = _width_inverse(ctx, sel)
     if inverse is None:

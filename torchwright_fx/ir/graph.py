@@ -103,6 +103,9 @@ class Check:
     source: str
 
 
+ALL_POSITIONS = -1  # the den_group of a mean without `where`: its count is position + 1
+
+
 @dataclass(frozen=True)
 class CountedMean:
     """A mean built from counts (families/counts.py): its column holds ``total / m``, the mean

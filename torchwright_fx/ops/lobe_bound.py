@@ -6,13 +6,14 @@ d = i - j alone. A rotary plane of frequency f (the fp32 value Phi-3 computes), 
 peak t gives the logit ``A cos(f (d - t))`` in exact arithmetic; fp32 moves it by at most:
 
 - the frequency: a runtime that computes f itself (llama.cpp's ``theta_scale`` powers) may
-  land a few roundings away, f' = f (1 +- FREQUENCY_SLACK). Both positions turn alike, so the
-  logit stays a lobe, ``A cos(f' d - f t)``: the bound is taken for f' at both ends and at f;
+  land a few roundings away, f' = f (1 +- ROTARY_FREQUENCY_SLACK). Both positions turn alike,
+  so the logit stays a lobe, ``A cos(f' d - f t)``: the bound is taken for f' at both ends
+  and at f;
 - the angles: position i turns by ``fl(i * f)``, within delta = half an ulp of ``(n - 1) f`` of
   ``i * f``. The two positions' errors move the cosine's argument by at most 2 delta:
   ``A (|sin(f (d - t))| 2 delta + 2 delta**2)``;
-- cos and sin, within one ulp of values below 1 (``EVAL``), in the key's two dims:
-  ``sqrt(2) A EVAL``;
+- cos and sin, within EVAL = ``ROTARY_TABLE_ERROR`` (one ulp of values below 1), in the
+  key's two dims: ``sqrt(2) A EVAL``;
 - the query's rotated dims (weights rounded to fp32, two products and a sum each, the
   tables' EVAL): an error vector fixed for the query row, so it moves two keys' logits
   *apart* only by its length times the distance between the two unit keys,
@@ -35,11 +36,13 @@ import math
 
 import numpy as np
 
-from torchwright_fx.base.numerics import FP32_UNIT
+from torchwright_fx.base.numerics import (
+    FP32_UNIT,
+    ROTARY_FREQUENCY_SLACK,
+    ROTARY_TABLE_ERROR,
+)
 
-EVAL = 2.0 * FP32_UNIT  # |fl(cos x) - cos(fl x)|: one ulp of a value below 1
-FREQUENCY_SLACK = 2.0 * FP32_UNIT  # relative: a runtime's own computation of the frequency
-SQRT2 = math.sqrt(2.0)
+SQRT2 = math.sqrt(2)  # (not a construction constant: the length of a diagonal)
 
 Lobe = tuple[tuple[int, float, float], ...]  # (plane, amplitude, peak distance), as attention
 
@@ -57,7 +60,7 @@ def gap_bound(n: int, planes: Lobe, frequencies: dict[int, float], offset: int,
     ``frequencies``: each plane's fp32 frequency; ``parts`` validity terms of ``validity``
     each ride on every key alike (they change only the rounding)."""
     return min(_bound(n, planes, frequencies, offset, validity, parts, turn)
-               for turn in (1.0 - FREQUENCY_SLACK, 1.0, 1.0 + FREQUENCY_SLACK))
+               for turn in (1.0 - ROTARY_FREQUENCY_SLACK, 1.0, 1.0 + ROTARY_FREQUENCY_SLACK))
 
 
 def _bound(n: int, planes: Lobe, frequencies: dict[int, float], offset: int, validity: float,
@@ -75,10 +78,11 @@ def _bound(n: int, planes: Lobe, frequencies: dict[int, float], offset: int, val
         x = f * turn * d - f * peak
         exact += amp * np.cos(x)
         per_key += amp * (np.abs(np.sin(x)) * 2.0 * delta + 2.0 * delta ** 2)
-        per_key += SQRT2 * amp * EVAL + 2.0 * FP32_UNIT * amp  # key tables; two products
-        length = SQRT2 * amp * (EVAL + 2.0 * FP32_UNIT) + FP32_UNIT * amp
+        # the key's tables, and the two products
+        per_key += SQRT2 * amp * ROTARY_TABLE_ERROR + 2.0 * FP32_UNIT * amp
+        length = SQRT2 * amp * (ROTARY_TABLE_ERROR + 2.0 * FP32_UNIT) + FP32_UNIT * amp
         slopes.append(length * f)
-        floors.append(length * (2.0 * delta + 2.0 * SQRT2 * EVAL))
+        floors.append(length * (2.0 * delta + 2.0 * SQRT2 * ROTARY_TABLE_ERROR))
         total += SQRT2 * amp
     terms = 2 * len(planes) + parts
     per_key += terms * FP32_UNIT * total  # terms - 1 additions and the scaling

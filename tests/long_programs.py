@@ -48,3 +48,100 @@ def stream(n: int, seed: int) -> str:
             out.append("a" if r < p_a else rng.choice("0123456789" * 3 + "wwb="))
         out.append("\n")
     return "".join(out[:n])
+
+
+# -- programs a new user writes for long inputs (tests/test_long_131072.py) -----------------------
+OPS = tw.Vocab("0123456789+-pq=\n")
+
+
+def running_count(x: torch.Tensor) -> torch.Tensor:
+    """The number of '+' so far, mod 10: a mean times its count, declared whole."""
+    plus = tw.claim(tw.mean(tw.is_token(x, "+")) * (tw.position(x) + 1), 0, 131072,
+                    integral=True)
+    return tw.token("0") + torch.remainder(plus, 10)
+
+
+def more_plus(x: torch.Tensor) -> torch.Tensor:
+    """Whether '+' outnumbers '-' so far."""
+    return tw.token("0") + (tw.mean(tw.is_token(x, "+")) > tw.mean(tw.is_token(x, "-"))).float()
+
+
+def registers(x: torch.Tensor) -> torch.Tensor:
+    """'p' stores the digit before it in the register named two back; '=' prints the register
+    named by the digit before it; anything else echoes its digit."""
+    d = _digit(x)
+    register = torch.where(tw.is_token(x, "p") > 0, tw.shift(d, 2), torch.full_like(d, 10.0))
+    value = tw.select_latest(tw.select(register, tw.shift(d, 1), "=="), tw.shift(d, 1),
+                             default=0.0)
+    return tw.token("0") + torch.where(tw.is_token(x, "=") > 0, value, d)
+
+
+def line_echo(x: torch.Tensor) -> torch.Tensor:
+    """The digit k back within the line, k the current digit (the line's start if shorter)."""
+    d = _digit(x)
+    back = torch.minimum(d, tw.steps_since(tw.is_token(x, "\n")))
+    return tw.token("0") + tw.gather(d, tw.position(x) - back)
+
+
+def since_q(x: torch.Tensor) -> torch.Tensor:
+    return tw.token("0") + torch.clamp(tw.steps_since(tw.is_token(x, "q")), 0, 9)
+
+
+def latch_chain(x: torch.Tensor) -> torch.Tensor:
+    a = tw.latch(_digit(x), tw.is_token(x, "p"))
+    b = tw.latch(tw.shift(a, 5), tw.is_token(x, "q"))
+    return tw.token("0") + torch.remainder(a + b, 10)
+
+
+def best_after_p(x: torch.Tensor) -> torch.Tensor:
+    """The digit after the largest digit that follows a 'p' (the latest of ties)."""
+    d = _digit(x)
+    return tw.token("0") + tw.argmax(d, tw.shift(d, 1), tw.is_token(tw.shift(x, 1), "p"))
+
+
+def shares(x: torch.Tensor) -> torch.Tensor:
+    return tw.token("0") + ((tw.mean(tw.is_token(x, "+")) >= 0.3).float()
+                            + (tw.mean(tw.is_token(x, "-")) < 0.125).float())
+
+
+NEW_USER = [running_count, more_plus, registers, line_echo, since_q, latch_chain, best_after_p,
+            shares]
+
+
+def ops_stream(n: int, seed: int) -> str:
+    """Lines of 1-30 or 1-3000 symbols; each line's share of '+' and '-' drawn anew."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        share = rng.random() * 0.6
+        for _ in range(rng.choice((rng.randint(1, 30), rng.randint(1, 3000)))):
+            out.append(rng.choice("+-") if rng.random() < share else
+                       rng.choice("0123456789pq="))
+        out.append("\n")
+    return "".join(out[:n])
+
+
+COUNTER = tw.Vocab("abcdABCD?0123\n")
+
+
+def counter_machine(x: torch.Tensor) -> torch.Tensor:
+    """A 4-register counter machine: a-d increment registers 0-3, A-D decrement them, and '?k'
+    prints register k mod 10 (clamped to a digit 0-3 of the vocabulary)."""
+    regs = []
+    for inc, dec in zip("abcd", "ABCD", strict=True):
+        ups = tw.selector_width(tw.select(tw.is_token(x, inc), tw.is_token(x, inc) * 0 + 1, "=="))
+        downs = tw.selector_width(tw.select(tw.is_token(x, dec), tw.is_token(x, dec) * 0 + 1,
+                                            "=="))
+        regs.append(ups - downs)
+    k = tw.lookup(x, {"0": 0, "1": 1, "2": 2, "3": 3}, default=0)
+    value = torch.where(k == 0, regs[0], torch.where(k == 1, regs[1],
+                                                      torch.where(k == 2, regs[2], regs[3])))
+    printed = tw.token("0") + torch.clamp(torch.remainder(value, 10), 0, 3)
+    return torch.where(tw.is_token(tw.shift(x, 1), "?") > 0, printed, tw.token("\n"))
+
+
+def counter_stream(n: int, seed: int) -> str:
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        out += ["?", rng.choice("0123")] if rng.random() < 0.05 else \
+            [rng.choice("abcdabcdABCD\n")]
+    return "".join(out[:n])

@@ -14,7 +14,17 @@ import random
 import pytest
 import torch
 from conftest import load_hf
-from long_programs import VOCAB, memory_lines, stream
+from long_programs import (
+    COUNTER,
+    NEW_USER,
+    OPS,
+    VOCAB,
+    counter_machine,
+    counter_stream,
+    memory_lines,
+    ops_stream,
+    stream,
+)
 
 import torchwright_fx as tw
 
@@ -74,6 +84,26 @@ def test_every_intrinsic_compiles_at_131072_and_is_right(name, tmp_path):
     program = tw.compile(INTRINSICS[name], vocab=DIGITS, max_seq_len=LONG).compile()
     assert program.stats()["max_seq_len"] == LONG
     assert _teacher_forced_wrong(program, _digits_stream(1500, 7), tmp_path) == 0
+
+
+@pytest.mark.parametrize("fn", NEW_USER, ids=lambda f: f.__name__)
+def test_new_user_programs_at_131072_match_the_reference(fn):
+    """Through the in-process runtime (transformers' eager arithmetic), two 3,000-token
+    streams each."""
+    program = tw.compile(fn, vocab=OPS, max_seq_len=LONG).compile()
+    for seed in (1, 2):
+        ids = OPS.encode(ops_stream(2999, seed))
+        assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids)), seed
+
+
+def test_a_counter_machine_at_131072_costs_little_more_and_matches():
+    """Registers as selector widths: exact counts beyond 32768 (decoded and snapped)."""
+    short = tw.compile(counter_machine, vocab=COUNTER, max_seq_len=16384).compile().stats()
+    program = tw.compile(counter_machine, vocab=COUNTER, max_seq_len=LONG).compile()
+    assert program.stats()["layers"] <= 1.5 * short["layers"]
+    assert program.stats()["parameters"] <= 2 * short["parameters"]
+    ids = COUNTER.encode(counter_stream(2999, 1))
+    assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids))
 
 
 def test_the_acceptance_program_costs_little_more_at_131072_than_at_16384(tmp_path):

@@ -357,6 +357,8 @@ def _lower_width(ctx: LowerCtx, sel: Any) -> Stream:
     if inverse is None:
         return _const_stream(0.0, 1)
     n = ctx.geom.max_seq_len
+    if n > numerics.EXACT_POSITION_LENGTH:  # decoded and snapped, as the position is there
+        return Stream([counts.exact_count(ctx, inverse, "width")], [Interval(0, n - 1, True)])
     width = decode_count(ctx.prog, ctx.geom, inverse, f"{ctx.name}.width", ctx.source)
     return Stream([width], [Interval(0, n - 1, True, noise=noise(ctx.prog.machine, n))])
 

@@ -280,8 +280,10 @@ CHORD_ERROR = 0.002
 # allowed to grow as sqrt(NEWTON_ERROR * (c + 1))).
 NEWTON_ERROR = 0.001
 # Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
-# lanes grow as sqrt(max_seq_len / CHORD_ERROR) and its fp32 rounding nears 0.01 at 8192.
-TWO_STAGE_LENGTH = 4096
+# lanes grow as sqrt(max_seq_len / CHORD_ERROR) (503 at 512, 1,090 at 2048) and its fp32
+# rounding nears 0.01 at 8192, while two stages take O(max_seq_len ** (1/4)) lanes (103 at
+# 1024, 254 at 131072). Every example compiles at 512 or less, where one stage is kept.
+TWO_STAGE_LENGTH = 512
 # The reciprocal of an exact count (ops/position.py): the interpolant's chord stays within this
 # relative error of 1/m, and one Newton step squares it (2.5e-7), below fp32's own rounding of
 # the step's two products.

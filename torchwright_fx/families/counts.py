@@ -81,17 +81,14 @@ def exact_count(ctx: LowerCtx, inverse: Lin, label: str) -> Lin:
 
 
 def exact_position(ctx: LowerCtx) -> Lin:
-    """The position i as an exact whole number: the decoder's output snapped onto the
-    integers, built once per program."""
-    shared, n = ctx.prog.shared, ctx.geom.max_seq_len
+    """The position i as an exact whole number, built once per program: the position head's
+    fl(1/(i+1)) decoded as a count (the lean decoder: tens of lanes where the position's own
+    decoder takes a thousand at 2048) and snapped."""
+    shared = ctx.prog.shared
     if shared.exact_position is None:
-        decoded = decoder.position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name, ctx.source)
-        rng = Interval(0, n - 1, True, noise=decoder.noise(ctx.prog.machine, n))
-        snapped = rules.snapped(ctx, decoded, rng) if rng.noise else (decoded, rng)
-        if snapped is None:
-            raise ctx.error(f"the position cannot be rounded exactly at max_seq_len={n} "
-                            f"(decoding error {rng.noise:.3g})", "lower max_seq_len")
-        shared.exact_position = snapped[0]
+        inverse = decoder.inverse_position(ctx.prog, ctx.geom, ctx.bos_indicator(), ctx.name,
+                                           ctx.source)
+        shared.exact_position = exact_count(ctx, inverse, "position")
     return shared.exact_position
 
 

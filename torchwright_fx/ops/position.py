@@ -205,15 +205,22 @@ def decode_count(prog: Program, geom: Geometry, inverse: Lin, name: str, source:
     return count
 
 
+def inverse_position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> Lin:
+    """fl(1 / (i + 1)), the averaging head the position decodes, built once per program."""
+    if prog.shared.inverse_position is None:
+        (prog.shared.inverse_position,) = attention.mean(
+            prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0), f"{name}.inverse_count",
+            source)
+    return prog.shared.inverse_position
+
+
 def position(prog: Program, geom: Geometry, bos: Lin, name: str, source: str) -> Lin:
     """The position scalar, built once per program and shared."""
     if prog.shared.position is not None:
         return prog.shared.position
-    (inverse,) = attention.mean(prog, geom, [bos], [Interval(0.0, 1.0)], Lin.constant(1.0),
-                                f"{name}.inverse_count", source)
-    pos = decode_count(prog, geom, inverse, f"{name}.position", source)
-    prog.shared.position, prog.shared.inverse_position = pos, inverse
-    return pos
+    inverse = inverse_position(prog, geom, bos, name, source)
+    prog.shared.position = decode_count(prog, geom, inverse, f"{name}.position", source)
+    return prog.shared.position
 
 
 # -- the reciprocal of an exact count -------------------------------------------------------------

@@ -116,6 +116,14 @@ def markdown(rows: list[dict]) -> str:
         md.append(f"| {r['program']} | {r['max_seq_len']} | {r['layers']} | {r['d_model']} | "
                   f"{r['d_head']} | {r['heads_per_layer']} | {r['lanes_per_layer']} | "
                   f"{r['parameters']:,} | {r['seconds']:.1f} | {r['wrong']} |")
+    ok = {(r["program"], r["max_seq_len"]): r for r in rows if "refused" not in r}
+    ratios = [f"{name} {ok[name, top]['layers']}/{ok[name, 16384]['layers']} layers, "
+              f"{ok[name, top]['parameters'] / ok[name, 16384]['parameters']:.2f}x parameters"
+              for name in dict.fromkeys(r["program"] for r in rows)
+              for top in [max((n for p, n in ok if p == name), default=0)]
+              if (name, 16384) in ok and top > 16384]
+    if ratios:
+        md += ["", f"At the longest length against 16384: {'; '.join(ratios)}."]
     return "\n".join(md) + "\n"
 
 

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show-invalid", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="counts only")
     ap.add_argument("--long", action="store_true",
-                    help="max_seq_len from fuzzgen.LONG_SEQ_LENS (128..8192), not 8..32")
+                    help="max_seq_len from fuzzgen.LONG_SEQ_LENS (128..131072), not 8..32")
     ap.add_argument("--shrink", action="store_true", help="reduce each failing case")
     ap.add_argument("--precision", choices=("fp32", "half"), default="fp32",
                     help="half: precision='half' builds, checked through transformers in "

@@ -46,7 +46,7 @@ import torchwright_fx as tw
 
 VOCABS = ("ab01\n", "abc01\n", "abc0123\n", "ab0123456789\n")
 SEQ_LENS = (8, 12, 16, 24, 32)
-LONG_SEQ_LENS = (128, 512, 2048, 4096, 8192)  # scripts/fuzz.py --long: where fp32 bounds bind
+LONG_SEQ_LENS = (128, 512, 2048, 4096, 8192, 32768, 131072)  # fuzz.py --long: where fp32 binds
 # precision="half" (short: six transformers runs each; latch and position hold to 128)
 HALF_SEQ_LENS = (16, 32, 64, 128, 128, 256)
 HALF_LONG_SEQ_LENS = (512, 1024, 2048, 4096)  # precision="half" with --long

@@ -9,8 +9,9 @@ peak t gives the logit ``A cos(f (d - t))`` in exact arithmetic; fp32 moves it b
   land a few roundings away, f' = f (1 +- ROTARY_FREQUENCY_SLACK). Both positions turn alike,
   so the logit stays a lobe, ``A cos(f' d - f t)``: the bound is taken for f' at both ends
   and at f;
-- the angles: position i turns by ``fl(i * f)``, within delta = half an ulp of ``(n - 1) f`` of
-  ``i * f``. The two positions' errors move the cosine's argument by at most 2 delta:
+- the angles: position i turns by ``fl(i * f)``, within half an ulp of ``(n - 1) f`` of
+  ``i * f`` (transformers); llama.cpp reaches plane p's angle by p products, so delta = max(1,
+  p) half-ulps. The two positions' errors move the cosine's argument by at most 2 delta:
   ``A (|sin(f (d - t))| 2 delta + 2 delta**2)``;
 - cos and sin, within EVAL = ``ROTARY_TABLE_ERROR`` (one ulp of values below 1), in the
   key's two dims: ``sqrt(2) A EVAL``;
@@ -74,7 +75,9 @@ def _bound(n: int, planes: Lobe, frequencies: dict[int, float], offset: int, val
     for plane, amp, peak in planes:
         f = frequencies[plane]
         top = (n - 1) * f
-        delta = half_ulp(top)
+        # transformers rounds fl(i * f) once; llama.cpp turns plane p by p products with
+        # theta_scale, each rounded (the earlier ones' errors scale down with the angle)
+        delta = max(1, plane) * half_ulp(top)
         x = f * turn * d - f * peak
         exact += amp * np.cos(x)
         per_key += amp * (np.abs(np.sin(x)) * 2.0 * delta + 2.0 * delta ** 2)

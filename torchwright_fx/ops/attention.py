@@ -381,10 +381,32 @@ def heads(
 
 def shift(prog: Program, geom: Geometry, values: list[Lin], ranges: list, offset: int,
           name: str, source: str) -> list[Lin]:
-    """Each value at position i - offset (the BOS row when i < offset)."""
-    check_margins(geom, offset)
-    q, k = positional_qk(geom, offset)
-    return heads(prog, geom, q, k, values, ranges, name, source)
+    """Each value at position i - offset (the BOS row when i < offset). A shift longer than
+    the two-plane lobe reaches (``lobe``), where one coarse plane is not certified either, is
+    a chain of shorter ones, a head each: shifting the BOS row's value keeps it for i < offset."""
+    try:
+        check_margins(geom, offset)
+        hops = [offset]
+    except GeometryError:
+        reach = _two_plane_reach(geom)
+        if reach is None or offset <= reach:
+            raise
+        count = -(-offset // reach)
+        hops = [offset // count + (1 if h < offset % count else 0) for h in range(count)]
+        for hop in set(hops):
+            check_margins(geom, hop)
+    for hop in hops:
+        q, k = positional_qk(geom, hop)
+        values = heads(prog, geom, q, k, values, ranges, name, source)
+    return values
+
+
+def _two_plane_reach(geom: Geometry) -> int | None:
+    """The longest shift the two-plane lobe takes (None: the head has one plane)."""
+    if geom.rotary == ROTARY_DIMS:
+        return None
+    period = 2.0 * math.pi / geom.frequency(FINE_PLANE)
+    return int(math.floor(period / 2.0 - 2.0))
 
 
 def latch(prog: Program, geom: Geometry, values: list[Lin], ranges: list, valid: Lin,

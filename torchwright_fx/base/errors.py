@@ -60,6 +60,17 @@ class GeometryError(CompileError, ValueError):
         self.advice = advice
 
 
+def reason_and_advice(e: CompileError) -> tuple[str, str]:
+    """A refusal's reason without the user's line and op, and its advice: what an op that
+    tried one construction and falls back to another quotes when the fallback is refused too."""
+    if isinstance(e, GeometryError):
+        return str(e).strip(), e.advice
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if len(lines) < 3:  # not yet given the user's line: the message and, maybe, advice
+        return lines[0] if lines else "", lines[1] if len(lines) > 1 else ""
+    return lines[1].split("): ", 1)[-1], lines[-1]
+
+
 class WidthError(CompileError, ValueError):
     """The program needs more residual columns than d_model provides
     (``schedule/columns.py``)."""

@@ -11,7 +11,7 @@ import torch
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts
 from torchwright_fx.base import numerics
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import CompileError, reason_and_advice
 from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import counts, digits, selection, selection_heads
 from torchwright_fx.families.intrinsics import as_column, moved_ranges_of
@@ -47,10 +47,9 @@ def _lower_gather(ctx: LowerCtx, v: Stream, at: Stream) -> Stream:
     try:
         by_digits = _by_digits(ctx, v, at)
     except CompileError as e:
-        advice = str(e).splitlines()[-1].strip()
-        raise ctx.error(f"{problem}; matching the position digit by digit instead: "
-                        f"{str(e).splitlines()[1].split('): ', 1)[-1]}", advice,
-                        getattr(e, "d_head", None)) from None
+        reason, advice = reason_and_advice(e)
+        raise ctx.error(f"{problem}; matching the position digit by digit instead: {reason}",
+                        advice, getattr(e, "d_head", None)) from None
     if by_digits is None:
         raise ctx.error(problem, "lower max_seq_len, or read a fixed distance back with "
                                  "tw.shift")

@@ -11,7 +11,7 @@ import torch.fx
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts
 from torchwright_fx.base import numerics
-from torchwright_fx.base.errors import CompileError
+from torchwright_fx.base.errors import CompileError, reason_and_advice
 from torchwright_fx.capture.registry import facts, intrinsic
 from torchwright_fx.families import counts, digits, selection, selection_heads
 from torchwright_fx.families.intrinsics import (
@@ -196,9 +196,9 @@ def _lower_argmax(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None 
         try:
             two = _by_best_score(ctx, score, v, where, sign)
         except CompileError as e:
+            reason, advice = reason_and_advice(e)
             raise ctx.error(f"{problem}; in two heads (the best score, then its most recent "
-                            f"position): {str(e).splitlines()[1].split('): ', 1)[-1]}",
-                            f"{str(e).splitlines()[-1].strip()}; or {narrow}") from None
+                            f"position): {reason}", f"{advice}; or {narrow}") from None
         if two is not None:
             return two
         raise ctx.error(problem, narrow)
@@ -230,14 +230,18 @@ def _by_best_score(ctx: LowerCtx, score: Stream, v: Stream, where: Stream | None
     if where is not None:  # valid beats invalid; the <bos> fallback at half weight
         key_terms.append((2.0 * gain * span + 2.0 * margin,
                           _valid_with_fallback(ctx, where, 2, 0.5)))
-    best_rng = Interval(rng.lo, rng.hi, True,
-                        noise=rng.noise + numerics.mean_noise(ctx.geom.max_seq_len) *
-                        rng.magnitude)
-    (best,) = attention.scored(ctx.prog, ctx.geom, [score.cols[0]], [best_rng], key_terms,
-                               f"{ctx.name}.best", ctx.source)
-    exact = rules.snapped(ctx, best, best_rng)
-    if exact is None:
+    # the head averages the score less a whole number at its middle: its rounding grows with
+    # the averaged magnitude (mean_noise per unit), which centring halves at least
+    centre = float(round(mid))
+    moved = Interval(rng.lo - centre, rng.hi - centre, True)
+    best_rng = moved.with_noise(rng.noise + numerics.mean_noise(ctx.geom.max_seq_len) *
+                                moved.magnitude)
+    (best,) = attention.scored(ctx.prog, ctx.geom, [score.cols[0] - centre], [best_rng],
+                               key_terms, f"{ctx.name}.best", ctx.source)
+    snapped = rules.snapped(ctx, best, best_rng)
+    if snapped is None:
         return None
+    exact = (snapped[0] + centre, Interval(rng.lo, rng.hi, True))
     score_bos = bos_value(ctx, 0, "score")
     keys, key_bos = score.cols[0], score_bos
     keys_rng = Interval(rng.lo, rng.hi, True, noise=rng.noise)

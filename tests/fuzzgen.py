@@ -596,10 +596,16 @@ def generate_program(d: Any, opt_rate: float = 0.08,
     return Program(source, chars, machine, max_seq_len, optimize, answer_len, precision)
 
 
+# Prompts stop here even where max_seq_len is longer (32768, 131072): the eager reference
+# re-runs the program per answer token, minutes a prompt at 131072 (those lengths are checked
+# whole by tests/test_long_131072.py and scripts/long/).
+PROMPT_CAP = 8192
+
+
 def generate_prompts(d: Any, prog: Program, n_random: int = 4) -> list[str]:
     """``n_random`` prompts of random length plus the longest one that leaves room for the
-    answer; most end with the newline."""
-    longest = max(0, prog.max_seq_len - 1 - prog.answer_len)
+    answer (at most PROMPT_CAP); most end with the newline."""
+    longest = min(PROMPT_CAP, max(0, prog.max_seq_len - 1 - prog.answer_len))
     letters = prog.chars[:-1]
     out = []
     for k in range(n_random + 1):

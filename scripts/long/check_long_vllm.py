@@ -18,16 +18,11 @@ from pathlib import Path
 
 
 def compile_to(out: Path, max_seq_len: int, tokens: int, seed: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-    import long_programs
+    import common
 
-    import torchwright_fx as tw
-
-    program = tw.compile(long_programs.memory_lines, vocab=long_programs.VOCAB,
-                         max_seq_len=max_seq_len).compile()
+    program = common.program(max_seq_len)
     directory = program.save_pretrained(out)
-    ids = long_programs.VOCAB.encode(long_programs.stream(tokens - 1, seed))
-    want = program.printed_ids(ids).tolist()
+    ids, want = common.case(program, tokens, seed)
     (directory / "long_case.json").write_text(json.dumps({"ids": ids, "want": want,
                                                            "seed": seed}))
     print(f"{directory}: {len(ids)} tokens")

@@ -10,6 +10,7 @@ is `scripts/long/check_long.py` (marked slow below)."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -121,3 +122,38 @@ def test_the_acceptance_program_is_right_on_60000_tokens_through_transformers(tm
     """About 3 minutes on 2 cores: the eager reference (30 s) and one sdpa forward (2 min)."""
     program = tw.compile(memory_lines, vocab=VOCAB, max_seq_len=LONG).compile()
     assert _teacher_forced_wrong(program, VOCAB.encode(stream(59999, 1)), tmp_path) == 0
+
+
+def _two_parts(x: torch.Tensor) -> torch.Tensor:
+    d = _d(x)
+    both = tw.select(d, d, "==") & tw.select(tw.shift(d, 1), tw.shift(d, 1), "==")
+    return tw.token("0") + tw.select_latest(both, tw.shift(d, 2))
+
+
+def _one_part(x: torch.Tensor) -> torch.Tensor:
+    """_two_parts as the refusal advises: one key stream of 100 values (10 * a + b)."""
+    d = _d(x)
+    key = 10 * tw.shift(d, 1) + d
+    return tw.token("0") + tw.select_latest(tw.select(key, key, "=="), tw.shift(d, 2))
+
+
+def test_a_two_part_selection_refused_at_131072_compiles_as_its_advice_says():
+    with pytest.raises(tw.CompileError, match="select on one part") as refusal:
+        tw.compile(_two_parts, vocab=DIGITS, max_seq_len=LONG).compile()
+    works = int(re.search(r"max_seq_len=(\d+) works", str(refusal.value)).group(1))
+    ids = _digits_stream(1500, 5)
+    for program in (tw.compile(_one_part, vocab=DIGITS, max_seq_len=LONG, d_head=128).compile(),
+                    tw.compile(_two_parts, vocab=DIGITS, max_seq_len=works).compile()):
+        assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids))
+
+
+def test_a_wide_argmax_refused_at_131072_compiles_with_the_d_head_it_names():
+    def best(x):
+        d = _d(x)
+        return tw.token("0") + tw.argmax(tw.shift(d, 1) * 10 + d, d)
+
+    with pytest.raises(tw.CompileError, match="d_head=128"):
+        tw.compile(best, vocab=DIGITS, max_seq_len=LONG).compile()
+    program = tw.compile(best, vocab=DIGITS, max_seq_len=LONG, d_head=128).compile()
+    ids = _digits_stream(1500, 6)
+    assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids))

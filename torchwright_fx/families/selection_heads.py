@@ -26,9 +26,9 @@ def check_recency(ctx: LowerCtx, parts: int, what: str) -> None:
             f"than {MAX_SELECT_VALUES} values matched digit by digit), each adding the validity "
             f"gain {ctx.geom.validity:.3g} to every logit, and at this length fp32 certifies one",
             f"select on one part: make the keys one stream of at most {MAX_SELECT_VALUES} "
-            "values (10 * a + b for two digits) and the queries alike, compile with "
-            f"d_head={2 * ctx.geom.d_head} where an == was split into digits to fit the head "
-            "(a larger head holds more values in one part), or lower max_seq_len"
+            "values (10 * a + b for two digits) and the queries alike, compile with a larger "
+            "d_head where an == was split into digits to fit the head (one part holds "
+            "d_head - 6 values: d_head=128 holds 122, 256 holds 250), or lower max_seq_len"
         ) from None
 
 

@@ -1,6 +1,7 @@
-"""schedule/balance.py alone: producers moved within their slack so that the busiest layer (which
-sets every layer's heads and lanes in a Phi-3 checkpoint) is lighter, never adding a layer or a
-live column, every producer still after what it reads and before what reads it."""
+"""schedule/balance.py alone: producers moved within their slack so that the estimated parameters
+(the busiest layer sets every layer's heads and lanes in a Phi-3 checkpoint, the live peak the
+width) fall, never adding a layer, every producer still after what it reads and before what
+reads it; and the heuristic's two starts (earliest and latest stages)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from conftest import ShapeBuilder
 
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.schedule import columns, heuristic
-from torchwright_fx.schedule.balance import balance
-from torchwright_fx.schedule.bounds import earliest_stages
+from torchwright_fx.schedule.balance import balance, estimate
+from torchwright_fx.schedule.bounds import earliest_stages, latest_stages
 from torchwright_fx.schedule.plan import Plan, layer_count, layer_of
 
 D_HEAD = 8
@@ -80,13 +81,42 @@ def test_the_fan_is_spread_over_the_chain():
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_balancing_never_costs_a_layer_a_column_or_a_head(seed):
+def test_balancing_never_costs_a_layer_or_parameters(seed):
     prog = random_program(seed)
     asap = earliest_stages(prog)
     stage = balance(prog, asap)
     check_order(prog, stage)
     assert layer_count(stage.values()) == layer_count(asap.values())
-    assert Plan(stage=stage).live_peak(prog) <= Plan(stage=asap).live_peak(prog)
-    assert cost(prog, stage) <= cost(prog, asap)
-    plan = columns.allocate(prog, heuristic.schedule(prog), None)  # the pipeline's path
+    assert estimate(prog, stage) <= estimate(prog, asap)
+    chosen = heuristic.schedule(prog)  # the better of the two starts, balanced
+    check_order(prog, chosen.stage)
+    assert layer_count(chosen.stage.values()) == layer_count(asap.values())
+    assert estimate(prog, chosen.stage) <= estimate(prog, stage)
+    plan = columns.allocate(prog, chosen, None)  # the pipeline's path
+    plan.check(prog)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_latest_stages_are_a_valid_placement_at_or_after_the_earliest(seed):
+    prog = random_program(seed)
+    asap = earliest_stages(prog)
+    n = layer_count(asap.values())
+    alap = latest_stages(prog, n)
+    check_order(prog, alap)
+    assert layer_count(alap.values()) == n
+    assert all(asap[pid] <= alap[pid] for pid in prog.producers)
+    # a producer only the output reads sits in the last sublayer of its kind
+    read = {d for p in prog.producers.values() for d in prog.deps(p)}
+    final = {prog.signals[s].producer for s in prog.final_reads()} - read
+    assert final and all(alap[pid] >= 2 * n - 2 for pid in final)
+
+
+def test_a_width_raised_by_one_column_pays_for_a_lighter_busiest_layer():
+    """The estimate trades the live peak against the layers' shape: the fan spread over the
+    chain keeps its outputs live longer, and still costs fewer parameters."""
+    prog = fan()
+    asap = earliest_stages(prog)
+    stage = balance(prog, asap)
+    assert estimate(prog, stage) < estimate(prog, asap)
+    plan = columns.allocate(prog, Plan(stage=stage), None)
     plan.check(prog)

@@ -118,7 +118,8 @@ def test_chain_spreads_free_heads() -> None:
     prog = chain_with_free_heads()
     warm = heuristic.schedule(prog)
     assert cpsat.shape(prog, earliest_stages(prog)).heads == 4  # as soon as possible
-    assert cpsat.shape(prog, warm.stage).heads == 3  # balanced without widening (balance.py)
+    # the heuristic's latest-stage start, balanced (heuristic.py, balance.py), finds CP-SAT's 2
+    assert cpsat.shape(prog, warm.stage).heads == 2
     plan = solve(prog)
     assert plan.status == "optimal" and plan.scheduler == "cpsat"
     assert plan.n_layers == plan.proven_bound == 4

@@ -116,7 +116,7 @@ def test_llama_cpp_graph_at_4096(tmp_path):
     from torchwright_fx.backends.gguf import layout, save_gguf
 
     program = tw.compile(long_lines, vocab=VOCAB, max_seq_len=4096).compile()
-    assert layout(program.weights)[:2] == ("llama", 32)
+    assert layout(program.weights)[:2] == ("llama", 16)
     reader = gguf.GGUFReader(save_gguf(program.weights, VOCAB, tmp_path / "long.gguf"))
     ids = VOCAB.encode(_stream(4000, 7))
     with torch.no_grad():

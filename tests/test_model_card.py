@@ -78,11 +78,13 @@ def test_generation_config_alone_runs_to_eos(tmp_path):
 def test_card_names_each_runtime_and_its_settings(example):
     card = (example("adder_1digit").directory / "README.md").read_text()
     for needle in ["pipeline(\"text-generation\"", "twx.load(", "flash_attn=False, type_k=0",
-                   "-fa off -ctk f32 -ctv f32",
-                   "vllm.entrypoints.openai.api_server --model DIR --dtype float32",
+                   "-fa off -ctk f32 -ctv f32", "vLLM: not loadable", "recompile with d_head=32",
                    "TransformerBridge.boot_transformers(DIR", "circuit.json",
                    "max_seq_len = 512"]:
         assert needle in card, needle
+    # the default head size (8 here) is below vLLM's; at d_head=32 the card says how to serve it
+    portable = tw.compile(flip, vocab=VOCAB, d_head=32).model_card()
+    assert "vllm.entrypoints.openai.api_server --model DIR --dtype float32" in portable
 
 
 def test_card_says_what_cannot_load_a_build():

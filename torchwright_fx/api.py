@@ -390,6 +390,7 @@ class Compiled:
             "peak_live_width": b.peak_live_width, "d_head": m.d_head, "heads_per_layer": m.n_heads,
             "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
             "parameters": m.parameters(), "nonzero_weights": m.nonzero_weights(),
+            "parameter_bound": b.parameter_bound,
             "zero_fraction": m.zero_fraction(), "scheduler": b.plan.scheduler,
             "status": b.plan.status, "proven_bound": b.plan.proven_bound,
             "solve_seconds": b.plan.solve_seconds, "compile_seconds": self.compile_seconds,
@@ -433,22 +434,12 @@ class Compiled:
         return plot.plot_plan(b.program, b.plan, b.placement, path, self.fn.__name__)
 
     def report(self) -> None:
-        """Print ``summary()``: layers, the two lower bounds, d, heads, lanes, parameters."""
+        """Print ``summary()``: layers, their lower bound, d, heads, lanes, parameters (and
+        the nonzero ones, and their lower bound)."""
         print(self.summary())
 
     def summary(self) -> str:
-        s = self.stats()
-        return (
-            f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
-            f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
-            f"d_head={s['d_head']}{card.raised(self.build.d_head_reason)}, "
-            f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
-            f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
-            f"({s['nonzero_weights']:,} nonzero: 1 in "
-            f"{s['parameters'] / max(1, s['nonzero_weights']):.0f}), machine={s['machine']}, "
-            f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
-            + card.certificate(s)
-        )
+        return card.summary(self.stats(), self.build.d_head_reason)
 
     def model_card(self) -> str:
         """The directory's README.md: the build, its certificate, and how to run it in

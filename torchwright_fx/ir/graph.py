@@ -133,6 +133,9 @@ class Shared:
     # a counted mean's column -> how it was counted: a comparison of means compares counts
     counted_means: dict[int, CountedMean] = field(default_factory=dict)
     indicators: dict[tuple, Lin] = field(default_factory=dict)  # selection's value indicators
+    # the least head size at which no selection would have been split into digits to fit the
+    # head (families/selection.content); 0 where none was
+    split_d_head: int = 0
 
 
 @dataclass(repr=False)

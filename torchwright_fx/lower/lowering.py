@@ -245,4 +245,8 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision))
     facts = analyse(gm, vocab, geom.max_seq_len)
     with arithmetic(prog.precision):
-        return Lowering(gm, prog, geom, vocab, exact, code_output, facts).lower()
+        try:
+            return Lowering(gm, prog, geom, vocab, exact, code_output, facts).lower()
+        except CompileError as e:  # d_head=None may retry at a size that splits nothing
+            e.split_d_head = prog.shared.split_d_head
+            raise

@@ -83,6 +83,13 @@ class Geometry:
         if self.max_seq_len < 2:
             raise GeometryError(f"max_seq_len={self.max_seq_len}: need at least 2 positions")
 
+    @staticmethod
+    def least_d_head(max_seq_len: int) -> int:
+        """The smallest head size an fp32 build at ``max_seq_len`` takes: the least power of two
+        with a NoPE tail beside the rotary dims (8 up to SINGLE_PLANE_LENGTH, 16 beyond)."""
+        rotary = ROTARY_DIMS if max_seq_len <= SINGLE_PLANE_LENGTH else LONG_ROTARY_DIMS
+        return _least_d_head(rotary)
+
     @property
     def partial_rotary_factor(self) -> float:
         return self.rotary / self.d_head

@@ -3,10 +3,11 @@ and lanes as the busiest, so a producer placed as soon as possible can widen eve
 
 The pass moves producers within their slack (after every producer they read, before every one
 that reads them, in a sublayer of their kind, within the layers the plan has) while that lowers
-the per-layer cost ``4 d_head H + 3 L`` (H heads and L lanes in the busiest layer: the weights
-each costs per residual column, per layer), then the sum of the squared per-layer costs (so
-that of two equally busy layers one can be emptied first). A move must not raise the peak of
-live columns, so d_model never grows; the layer count never changes.
+the parameters, estimated as ``(P + 2) (n (4 d_head H + 3 L) + 2 V)``: P the peak of live
+columns (the residual width less the constant and a pin), H heads and L lanes in the busiest
+layer of n, V the vocabulary; then the sum of the squared per-layer costs (so that of two
+equally busy layers one can be emptied first). A move may raise the peak where the layers'
+narrowing pays for it; the layer count never changes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,20 @@ from torchwright_fx.base.numerics import BALANCE_PASSES
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import Plan, end_stage, layer_count, layer_of, parity
+
+
+def estimate(prog: Program, stage: dict[int, int]) -> int:
+    """The parameters ``balance`` minimises, for a whole placement."""
+    n = layer_count(stage.values())
+    heads: Counter[int] = Counter()
+    lanes: Counter[int] = Counter()
+    for pid, s in stage.items():
+        p = prog.producers[pid]
+        heads[layer_of(s)] += isinstance(p, Head)
+        lanes[layer_of(s)] += len(p.lanes) if isinstance(p, FFN) else 0
+    widest = 4 * (d_head_of(prog) or 1) * max(heads.values(), default=0) \
+        + 3 * max(lanes.values(), default=0)
+    return (Plan(stage=stage).live_peak(prog) + 2) * (n * widest + 2 * len(prog.vocab))
 
 
 def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
@@ -45,10 +60,16 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
         heads[layer_of(s)] += h
         lanes[layer_of(s)] += lanes_of
 
-    def cost() -> tuple[int, int]:
+    vocab = 2 * len(prog.vocab)
+
+    def layer_cost() -> tuple[int, int]:
         per = [head_cost * heads[k] + lane_cost * lanes[k] for k in range(n)]
         return (head_cost * max(heads[k] for k in range(n))
                 + lane_cost * max(lanes[k] for k in range(n)), sum(c * c for c in per))
+
+    def cost(peak: int) -> tuple[int, int]:
+        widest, spread = layer_cost()
+        return (peak + 2) * (n * widest + vocab), spread
 
     peak = Plan(stage=stage).live_peak(prog)
     last = end_stage(n) - 1  # the last MLP stage
@@ -63,7 +84,7 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
             hi = min(hi, last)
             here = stage[pid]
             h, lanes_of = load(pid)
-            best, choice = cost(), here
+            best, choice, best_peak = cost(peak), here, peak
             for s in range(lo, hi + 1):
                 if s % 2 != par or s == here:
                     continue
@@ -71,17 +92,18 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
                 lanes[layer_of(here)] -= lanes_of
                 heads[layer_of(s)] += h
                 lanes[layer_of(s)] += lanes_of
-                trial = cost()
+                stage[pid] = s
+                trial_peak = Plan(stage=stage).live_peak(prog)
+                trial = cost(trial_peak)
+                stage[pid] = here
                 heads[layer_of(s)] -= h
                 lanes[layer_of(s)] -= lanes_of
                 heads[layer_of(here)] += h
                 lanes[layer_of(here)] += lanes_of
                 if trial < best:
-                    stage[pid] = s
-                    if Plan(stage=stage).live_peak(prog) <= peak:
-                        best, choice = trial, s
-                    stage[pid] = here
+                    best, choice, best_peak = trial, s, trial_peak
             if choice != here:
+                peak = best_peak
                 heads[layer_of(here)] -= h
                 lanes[layer_of(here)] -= lanes_of
                 heads[layer_of(choice)] += h

@@ -22,13 +22,15 @@ import numpy as np
 
 from torchwright_fx.base.errors import WidthError
 from torchwright_fx.base.machines import half_holds
-from torchwright_fx.base.numerics import WIDTH_MULTIPLE, is_power_of_two
+from torchwright_fx.base.numerics import VLLM_HEAD_SIZES, WIDTH_MULTIPLE, is_power_of_two
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import Plan, end_stage, layer_members, layer_of
 
-MIN_D_MODEL, MAX_D_MODEL = 16, 1 << 16  # the widths tried when d_model is left to the compiler
+# the widths tried when d_model is left to the compiler (the least holds the constant, one pin
+# and two signals)
+MIN_D_MODEL, MAX_D_MODEL = 4, 1 << 16
 
 
 @functools.cache
@@ -79,10 +81,17 @@ def exact_width(d_model: int) -> bool:
                                   ) == 1.0
 
 
-def usable_width(d_model: int) -> bool:
-    """A width every runtime takes: ``exact_width`` and a multiple of WIDTH_MULTIPLE (vLLM's
-    CPU kernels)."""
-    return d_model % WIDTH_MULTIPLE == 0 and exact_width(d_model)
+def usable_width(d_model: int, vllm: bool = True) -> bool:
+    """A width every runtime that can load the build takes: ``exact_width``, and for a build
+    vLLM can load (``vllm``: its d_head is one of VLLM_HEAD_SIZES) a multiple of
+    WIDTH_MULTIPLE (vLLM's CPU kernels)."""
+    return (not vllm or d_model % WIDTH_MULTIPLE == 0) and exact_width(d_model)
+
+
+def vllm_loadable(prog: Program) -> bool:
+    """Whether vLLM's attention takes the program's head size (then its width must suit
+    vLLM's kernels too); a program without heads is emitted at the least head size."""
+    return d_head_of(prog) in VLLM_HEAD_SIZES
 
 
 def reserved_columns(d_model: int, pins: bool = True) -> int:
@@ -193,6 +202,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     length 5 was refused at 48)."""
     half = prog.precision.half
     spans = plan.occupancy(prog)  # the same for every width tried
+    vllm = vllm_loadable(prog)
 
     constants = constant_columns(prog)  # a scan of every reader: once, not per width
 
@@ -223,7 +233,7 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     best: tuple[float, Plan] | None = None
     d = max(MIN_D_MODEL, peak + 1, at_least)  # at_least: a half build's readers (emit/half)
     while d <= MAX_D_MODEL:
-        if not usable_width(d) or peak + reserved(d) > d or (half and not is_power_of_two(d)):
+        if not usable_width(d, vllm) or peak + reserved(d) > d or (half and not is_power_of_two(d)):
             d += 1
             continue
         try:

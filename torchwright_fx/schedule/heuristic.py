@@ -1,5 +1,8 @@
 """The fast scheduler (optimize=0): every producer at its earliest stage, except the
-end-of-context flag, then balanced within its slack (``schedule/balance.py``).
+end-of-context flag, then balanced within its slack (``schedule/balance.py``); and the same
+from every producer at its latest stage within those layers; the placement of fewer estimated
+parameters is kept (a chain of producers that only moves as a whole, which one move at a time
+cannot shift, is at its other end in the second start).
 
 With no cap on heads or lanes per layer, as-soon-as-possible placement meets the critical-path
 bound, so the layer count is optimal for the graph; width is the only thing it does not trade.
@@ -18,17 +21,21 @@ from collections import Counter
 
 from torchwright_fx.ir.graph import FFN, Head, Program
 from torchwright_fx.ops.end import NAME as END_NAME
-from torchwright_fx.schedule.balance import balance
-from torchwright_fx.schedule.bounds import earliest_stages
+from torchwright_fx.schedule.balance import balance, estimate
+from torchwright_fx.schedule.bounds import earliest_stages, latest_stages
 from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_count, layer_of
 
 
 def schedule(prog: Program) -> Plan:
-    stage = earliest_stages(prog)
-    if prog.end_flag is not None:
-        stage = _place_end_flag(prog, stage)
-    stage = balance(prog, stage)  # the busiest layer sets every layer's width
-    return Plan(stage=stage, scheduler="heuristic", status="heuristic")
+    early = earliest_stages(prog)
+    starts = [early, latest_stages(prog, layer_count(early.values()))]
+    placements = []
+    for stage in starts:
+        if prog.end_flag is not None:
+            stage = _place_end_flag(prog, stage)
+        placements.append(balance(prog, stage))  # the busiest layer sets every layer's width
+    best = min(placements, key=lambda stage: estimate(prog, stage))  # the earliest on a tie
+    return Plan(stage=best, scheduler="heuristic", status="heuristic")
 
 
 def _place_end_flag(prog: Program, stage: dict[int, int]) -> dict[int, int]:

@@ -13,6 +13,7 @@ pass, the plan after schedule and after columns, the placement (``docs/ir.md``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -150,10 +151,10 @@ def trace(fn: Callable[..., Any], vocab: Vocab) -> torch.fx.GraphModule:
 def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options, start: int = 0
                    ) -> tuple[Program, Geometry, str]:
     """The lowered program, its geometry and why its head size grew: ``opts.d_head``, or with
-    None the smallest head size from ``start`` (else the least) that every construction fits
-    (a HeadTooSmall names it; a refusal after a selection was split into digits to fit the
-    head retries at the size that splits nothing; the graph is not mutated by lowering, so a
-    retry starts clean)."""
+    None the smallest power of two from ``start`` (else the least) that every construction
+    fits (on a HeadTooSmall, the next one, up to the size it names; a refusal after a selection
+    was split into digits to fit the head retries at the size that splits nothing; the graph
+    is not mutated by lowering, so a retry starts clean)."""
     geom, reason = Geometry(start or opts.head_size, opts.max_seq_len, opts.half), ""
     while True:
         try:
@@ -164,7 +165,9 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options, start:
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:
                 raise
             reason = reason or f"at {geom.d_head}, {e.reason.splitlines()[0]}"
-            geom = Geometry(e.d_head, opts.max_seq_len, opts.half)
+            # the next size first: a selection too wide for this head may fit it split into
+            # digits (chosen_lowering then weighs the split against the size that needs none)
+            geom = Geometry(min(2 * geom.d_head, e.d_head), opts.max_seq_len, opts.half)
         except CompileError as e:
             if opts.d_head is not None or not geom.d_head < e.split_d_head <= AUTO_D_HEAD_LIMIT:
                 raise
@@ -262,7 +265,15 @@ def schedule_stages(prog: Program, opts: Options) -> Plan:
         progress.stage(f"schedule: CP-SAT solve (optimize={opts.optimize})")
         from torchwright_fx.schedule import cpsat  # imported lazily: OR-Tools is slow to load
 
-        plan = cpsat.schedule(prog, plan, opts.optimize, d_model=opts.d_model)
+        warm, plan = plan, cpsat.schedule(prog, plan, opts.optimize, d_model=opts.d_model)
+        if opts.d_model is None and not prog.precision.half and warm.stage != plan.stage:
+            # the solver weighs heads and lanes, not the width its spreading costs: keep the
+            # heuristic's stages where they are no more layers and fewer parameters
+            def cost(p: Plan) -> tuple[int, float]:
+                return p.n_layers, columns.parameters(prog, columns.allocate(prog, p, None))
+
+            if cost(warm) < cost(plan):
+                plan = dataclasses.replace(plan, stage=dict(warm.stage))
     return plan
 
 

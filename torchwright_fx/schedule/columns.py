@@ -191,6 +191,11 @@ class _Cost:
         return plan.d_model * (len(self.heads) * layer + 2 * self.vocab + 1)
 
 
+def parameters(prog: Program, plan: Plan) -> float:
+    """An allocated plan's parameters, as the emitter will size it."""
+    return _Cost(prog, plan)(plan)
+
+
 def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) -> Plan:
     """A new plan giving every live signal a column (``plan`` itself is left as it was). With
     no d_model, the width of fewest parameters among those every runtime takes

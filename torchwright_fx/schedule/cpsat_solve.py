@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from torchwright_fx.ir.graph import Program
+from torchwright_fx.schedule.balance import balance, estimate
 from torchwright_fx.schedule.bounds import critical_path_layers
 from torchwright_fx.schedule.columns import reserved_columns
 from torchwright_fx.schedule.cpsat_model import Model
-from torchwright_fx.schedule.cpsat_shape import d_head_of, precedence_ok, shape
+from torchwright_fx.schedule.cpsat_shape import Shape, d_head_of, precedence_ok, shape
 from torchwright_fx.schedule.plan import Plan, stage_of
 
 TIME_LIMITS: dict[int, float] = {1: 5.0, 2: 20.0, 3: 60.0}  # deterministic seconds per level
@@ -77,15 +78,22 @@ def replay(prog: Program, warm: Plan, sol: Solution, d_model: int | None) -> Pla
     """The solution as a Plan, or None when there is none to use.
 
     Never worse than the warm plan: if the warm plan fits the width cap and is at least as good
-    (layers, then the parameter proxy), its stages are kept. A plan with more layers than the
-    warm plan only comes out of a width cap the warm plan breaks; the status says so."""
+    (layers, then the parameter proxy; with the width left to the compiler, the solution is
+    balanced first, ``balance.py``, and compared by the estimated parameters, which weigh the
+    live peak too), its stages are kept. A plan with more layers than the warm plan only comes
+    out of a width cap the warm plan breaks; the status says so."""
     if sol.stage is None or not precedence_ok(prog, sol.stage):
         return None
     d_head = d_head_of(prog)
-    new, old = shape(prog, sol.stage), shape(prog, warm.stage)
+    solved = sol.stage if d_model is not None else balance(prog, sol.stage)
+    new, old = shape(prog, solved), shape(prog, warm.stage)
     warm_fits = d_model is None or old.live + reserved_columns(d_model) <= d_model
-    stage, status = sol.stage, "optimal" if sol.status == "OPTIMAL" else "feasible"
-    if warm_fits and (old.layers, old.proxy(d_head)) < (new.layers, new.proxy(d_head)):
+
+    def cost(stage: dict[int, int], s: Shape) -> tuple[int, int]:
+        return s.layers, s.proxy(d_head) if d_model is not None else estimate(prog, stage)
+
+    stage, status = solved, "optimal" if sol.status == "OPTIMAL" else "feasible"
+    if warm_fits and cost(warm.stage, old) < cost(solved, new):
         stage, new, status = dict(warm.stage), old, "feasible"
     if new.layers > warm.n_layers:
         status += (f" (width-forced: d_model={d_model} needs {new.layers} layers; "

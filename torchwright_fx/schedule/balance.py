@@ -17,7 +17,59 @@ from collections import Counter
 from torchwright_fx.base.numerics import BALANCE_PASSES
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.schedule.cpsat_shape import d_head_of
-from torchwright_fx.schedule.plan import Plan, end_stage, layer_count, layer_of, parity
+from torchwright_fx.schedule.plan import (
+    EMBED_STAGE,
+    Plan,
+    cancel_stage,
+    end_stage,
+    layer_count,
+    layer_of,
+    parity,
+)
+
+
+class Occupancy:
+    """``Plan.live_peak`` kept up to date as producers move: a count of the columns taken at
+    each stage, where moving a producer changes only the spans of the signals it writes and
+    reads (a move never changes the layer count, so the output's stage is fixed)."""
+
+    def __init__(self, prog: Program, stage: dict[int, int]):
+        self.prog, self.stage = prog, stage
+        self.end = end_stage(layer_count(stage.values()))
+        self.live = prog.live_signals()
+        self.final = prog.final_reads()
+        self.readers: dict[int, list[int]] = {s: [] for s in self.live}
+        for p in prog.producers.values():
+            for s in p.reads():
+                self.readers[s].append(p.id)
+        self.touches = {pid: [s for s in {*p.reads(), *p.outputs} if s in self.live]
+                        for pid, p in prog.producers.items()}
+        self.count = [0] * (self.end - EMBED_STAGE + 1)
+        for s in self.live:
+            self._add(s, 1)
+
+    def _span(self, sid: int) -> tuple[int, int]:
+        producer = self.prog.signals[sid].producer
+        written = EMBED_STAGE if producer == EMBED else self.stage[producer]
+        last = self.end if sid in self.final else \
+            max([written, *(self.stage[r] for r in self.readers[sid])])
+        return written, min(cancel_stage(last), self.end)
+
+    def _add(self, sid: int, sign: int) -> None:
+        a, b = self._span(sid)
+        for t in range(a - EMBED_STAGE, b - EMBED_STAGE + 1):
+            self.count[t] += sign
+
+    def move(self, pid: int, to: int) -> None:
+        """Put producer ``pid`` at stage ``to`` (the caller's ``stage`` dict is updated)."""
+        for s in self.touches[pid]:
+            self._add(s, -1)
+        self.stage[pid] = to
+        for s in self.touches[pid]:
+            self._add(s, 1)
+
+    def peak(self) -> int:
+        return max(self.count, default=0)
 
 
 def estimate(prog: Program, stage: dict[int, int]) -> int:
@@ -71,7 +123,8 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
         widest, spread = layer_cost()
         return (peak + 2) * (n * widest + vocab), spread
 
-    peak = Plan(stage=stage).live_peak(prog)
+    occupancy = Occupancy(prog, stage)
+    peak = occupancy.peak()
     last = end_stage(n) - 1  # the last MLP stage
     for _ in range(BALANCE_PASSES):
         moved = False
@@ -92,10 +145,10 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
                 lanes[layer_of(here)] -= lanes_of
                 heads[layer_of(s)] += h
                 lanes[layer_of(s)] += lanes_of
-                stage[pid] = s
-                trial_peak = Plan(stage=stage).live_peak(prog)
+                occupancy.move(pid, s)
+                trial_peak = occupancy.peak()
                 trial = cost(trial_peak)
-                stage[pid] = here
+                occupancy.move(pid, here)
                 heads[layer_of(s)] -= h
                 lanes[layer_of(s)] -= lanes_of
                 heads[layer_of(here)] += h
@@ -108,7 +161,7 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
                 lanes[layer_of(here)] -= lanes_of
                 heads[layer_of(choice)] += h
                 lanes[layer_of(choice)] += lanes_of
-                stage[pid] = choice
+                occupancy.move(pid, choice)
                 moved = True
         if not moved:
             break

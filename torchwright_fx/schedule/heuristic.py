@@ -1,8 +1,9 @@
 """The fast scheduler (optimize=0): every producer at its earliest stage, except the
 end-of-context flag, then balanced within its slack (``schedule/balance.py``); and the same
-from every producer at its latest stage within those layers; the placement of fewer estimated
-parameters is kept (a chain of producers that only moves as a whole, which one move at a time
-cannot shift, is at its other end in the second start).
+from every producer at its latest stage within those layers; the placement of fewer
+parameters, with its columns allocated (cancel heads included), is kept (a chain of
+producers that only moves as a whole, which one move at a time cannot shift, is at its other
+end in the second start).
 
 With no cap on heads or lanes per layer, as-soon-as-possible placement meets the critical-path
 bound, so the layer count is optimal for the graph; width is the only thing it does not trade.
@@ -21,6 +22,7 @@ from collections import Counter
 
 from torchwright_fx.ir.graph import FFN, Head, Program
 from torchwright_fx.ops.end import NAME as END_NAME
+from torchwright_fx.schedule import columns
 from torchwright_fx.schedule.balance import balance, estimate
 from torchwright_fx.schedule.bounds import earliest_stages, latest_stages
 from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_count, layer_of
@@ -34,8 +36,16 @@ def schedule(prog: Program) -> Plan:
         if prog.end_flag is not None:
             stage = _place_end_flag(prog, stage)
         placements.append(balance(prog, stage))  # the busiest layer sets every layer's width
-    best = min(placements, key=lambda stage: estimate(prog, stage))  # the earliest on a tie
+    best = min(placements, key=lambda stage: _parameters(prog, stage))  # the earliest on a tie
     return Plan(stage=best, scheduler="heuristic", status="heuristic")
+
+
+def _parameters(prog: Program, stage: dict[int, int]) -> float:
+    """A placement's parameters with the columns allocated at the width of fewest (a half
+    build's width also depends on its readers: the estimate stands in for it there)."""
+    if prog.precision.half:
+        return estimate(prog, stage)
+    return columns.parameters(prog, columns.allocate(prog, Plan(stage=stage), None))
 
 
 def _place_end_flag(prog: Program, stage: dict[int, int]) -> dict[int, int]:

@@ -105,8 +105,8 @@ def markdown(rows: list[dict]) -> str:
            "8) instead of the fp32 build's 8, positions read by 15 cut heads, no residual "
            "column recycled (a column is cancelled by a head, which half does not certify "
            "yet), and the output decoded from one step column per token code. bf16 on this "
-           "CPU runs transformers at about the fp32 speed or below; the point of half is the runtimes that compute in "
-           "it (llama.cpp's defaults, vLLM's default dtype)."]
+           "CPU runs transformers at about the fp32 speed or below; the point of half is the "
+           "runtimes that compute in it (llama.cpp's defaults, vLLM's default dtype)."]
     return "\n".join(md) + "\n"
 
 

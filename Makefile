@@ -147,7 +147,8 @@ bench-tracr: $(TRACR_STAMP) $(STAMP)
 # docs/circuits.md): the RASP programs (inputs up to 4 long) and three examples saved by .venv
 # under build/interp, then every hook their components.json names looked up in a
 # TransformerBridge of each directory, in the venv of `make runtime-tl` (built here if absent:
-# about 1.6 GB).
+# about 1.6 GB); every module in nnsight; then activation patching through TransformerLens' own
+# hooks (scripts/runtimes/tl_patching.py, about 2 minutes), scored beside the torch-hook check.
 INTERP_DIR := build/interp
 .PHONY: interp-loaders
 
@@ -159,6 +160,8 @@ $(INTERP_DIR)/.saved: $(STAMP) scripts/attribution_check.py $(wildcard torchwrig
 interp-loaders: $(INTERP_DIR)/.saved $(TL_VENV)/.installed $(NNSIGHT_VENV)/.installed
 	$(TL_VENV)/bin/python scripts/runtimes/check_tl_hooks.py $(INTERP_DIR)
 	$(NNSIGHT_VENV)/bin/python scripts/runtimes/check_nnsight.py $(INTERP_DIR)
+	$(TL_VENV)/bin/python scripts/runtimes/tl_patching.py $(INTERP_DIR)
+	$(PY) scripts/attribution_check.py --compare-tl $(INTERP_DIR)
 
 # nnsight 0.8 in its own venv (about 1 GB with torch's CPU wheel from the local index)
 $(NNSIGHT_VENV)/.installed:

@@ -296,6 +296,37 @@ def check(program: tw.Compiled, directory: Path, n_pairs: tuple[int, int] = (24,
                   {n: v for n, v in best.items() if head_level(n)}, time.perf_counter() - start)
 
 
+def pair_ids(program: tw.Compiled, pair: Pair) -> dict[str, Any]:
+    """A pair as check() runs it: both sequences teacher-forced with the clean answer, and the
+    first position that predicts an answer token."""
+    vocab = program.vocab
+    ids = vocab.encode(pair.clean + pair.answer)
+    return {"kind": pair.kind, "clean": ids,
+            "corrupt": vocab.encode(pair.corrupt + pair.answer)[: len(ids)],
+            "start": len(vocab.encode(pair.clean)) - 1}
+
+
+def compare_tl(root: Path, names: list[str], max_len: int, tau: float) -> int:
+    """TransformerLens' patching (tl_found.json) against this check's torch hooks, both scored
+    against edges.json at head granularity: the same units must be found."""
+    print("| program | TransformerLens head P | R | torch hooks head P | R | same units |")
+    print("|---|---|---|---|---|---|")
+    differ = 0
+    for name in names:
+        directory = root / name
+        tl = json.loads((directory / "tl_found.json").read_text())
+        edges = json.loads((directory / "edges.json").read_text())
+        theirs = tw.score_circuit(set(tl["found"]), edges, granularity="head")["nodes"]
+        ours = check(build(name, max_len), directory, tau=tau)
+        mine = {n for n, v in ours.ratios.items() if v >= tau}
+        same = mine == set(tl["found"])
+        differ += not same
+        print(f"| {name} | {theirs['precision']:.2f} | {theirs['recall']:.2f} | "
+              f"{ours.head['precision']:.2f} | {ours.head['recall']:.2f} | "
+              f"{'yes' if same else sorted(mine ^ set(tl['found']))} |", flush=True)
+    return 1 if differ else 0
+
+
 def row(r: Result) -> str:
     h, n, z = r.head, r.neuron, r.zero
     return (f"| {r.name} | {r.layers} | {r.used}/{r.pairs} | {h['tp'] + h['fn']} | "
@@ -319,13 +350,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--save", type=Path, metavar="DIR",
                         help="only save each program's directory as DIR/<name> (the input of "
-                             "make interp-loaders)")
+                             "make interp-loaders), with patching.json: the pairs as token ids "
+                             "(scripts/runtimes/tl_patching.py reads them)")
+    parser.add_argument("--compare-tl", type=Path, metavar="DIR",
+                        help="score DIR/<name>/tl_found.json (TransformerLens' patching, "
+                             "scripts/runtimes/tl_patching.py) beside this check's own")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     if args.save:
         for name in args.names:
-            print(build(name, args.max_len).save_pretrained(args.save / name))
+            program = build(name, args.max_len)
+            directory = program.save_pretrained(args.save / name)
+            (directory / "patching.json").write_text(json.dumps(
+                {"tau": args.tau, "pairs": [pair_ids(program, p) for p in pairs(program)]}))
+            print(directory)
         return 0
+    if args.compare_tl:
+        return compare_tl(args.compare_tl, args.names, args.max_len, args.tau)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.names:

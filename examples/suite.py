@@ -9,7 +9,10 @@ tracr's library (``examples/rasp/``, at ``--max-len``) first, then programs of t
 generator (``tests/fuzzgen.py``, seeded from S; the SwiGLU machine, a program the compiler
 refuses is skipped and the next seed drawn). ``OUT/suite.json`` lists them. The same checks as
 the library's apply to the output: ``make interp-loaders``' hook and module checks
-(``scripts/runtimes/check_tl_hooks.py OUT``, ``scripts/runtimes/check_nnsight.py OUT``).
+(``scripts/runtimes/check_tl_hooks.py OUT``, ``scripts/runtimes/check_nnsight.py OUT``) and
+the patching check through TransformerLens' hooks on ``patching.json``, the pairs as token ids
+(``scripts/runtimes/tl_patching.py OUT``, then ``scripts/attribution_check.py --compare-tl
+OUT``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ import torchwright_fx as tw
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FUZZ_SEEDS = 50  # draws per fuzz program before giving up (most compile: ~3 in 4)
+# a unit is found by patching where it moves an answer logit by this share of what the whole
+# corruption moves (scripts/attribution_check.py, scripts/runtimes/tl_patching.py)
+PATCHING_TAU = 0.01
 DOMAIN_CAP = 50_000  # a RASP domain listed up to this many prompts
 
 
@@ -50,20 +56,48 @@ def _fuzzgen() -> Any:
 def pairs(program: tw.Compiled, prompts: list[str], letters: str, rng: random.Random,
           n: int, valid: Callable[[str], bool]) -> list[dict[str, str]]:
     """Up to ``n`` pairs: a clean prompt and the same with one input token changed to another
-    of ``letters`` (a prompt ``valid`` accepts), with the clean answer."""
-    out: list[dict[str, str]] = []
+    of ``letters`` (``substitute``), or one more token inserted (``insert``: a quarter of the
+    pairs; the patching checks truncate it to the clean sequence's length), each a prompt
+    ``valid`` accepts, with the clean answer. Pairs whose corruption changes the reference's
+    output at an answer position (teacher-forced with the clean answer, as the patching checks
+    run them) come first: only those can show a component."""
+    want = {"insert": n // 4, "substitute": n - n // 4}
+    moving: dict[str, list[dict[str, str]]] = {"substitute": [], "insert": []}
+    still: list[dict[str, str]] = []
     for clean in prompts:
-        if len(out) >= n:
+        if all(len(moving[k]) >= want[k] for k in want):
             break
-        edits = [(i, c) for i in range(len(clean)) for c in letters if c != clean[i]]
-        rng.shuffle(edits)
-        for i, c in edits:
-            corrupt = clean[:i] + c + clean[i + 1:]
-            if valid(corrupt):
-                out.append({"kind": "substitute", "clean": clean, "corrupt": corrupt,
-                            "answer": program.reference(clean), "position": str(i)})
-                break
-    return out
+        answer = program.reference(clean)
+        for kind in ("substitute", "insert"):
+            if len(moving[kind]) >= want[kind]:
+                continue
+            edits = [(i, c) for i in range(len(clean) + (kind == "insert")) for c in letters
+                     if kind == "insert" or c != clean[i]]
+            rng.shuffle(edits)
+            fallback = None
+            for i, c in edits:
+                corrupt = clean[:i] + c + clean[i + (kind == "substitute"):]
+                if not valid(corrupt):
+                    continue
+                pair = {"kind": kind, "clean": clean, "corrupt": corrupt, "answer": answer,
+                        "position": str(i)}
+                if _moves(program, pair):
+                    moving[kind].append(pair)
+                    break
+                fallback = fallback or pair
+            else:
+                if fallback is not None:
+                    still.append(fallback)
+    chosen = moving["substitute"][:want["substitute"]] + moving["insert"][:want["insert"]]
+    return (chosen + still)[:n]
+
+
+def _moves(program: tw.Compiled, pair: dict[str, str]) -> bool:
+    """Whether the corruption changes the reference's output at an answer position."""
+    ids = pair_ids(program, pair["clean"], pair["corrupt"], pair["answer"])
+    start = ids["start"]
+    return not bool((program.printed_ids(ids["clean"])[start:]
+                     == program.printed_ids(ids["corrupt"])[start:]).all())
 
 
 def _rasp(name: str, max_len: int, rng: random.Random, n_pairs: int
@@ -121,7 +155,17 @@ def programs(n: int, seed: int, max_len: int, n_pairs: int
         yield name, program, chosen, {"source": "tests/fuzzgen.py", "fuzz_seed": used}
 
 
-def write(out: Path, n: int, seed: int = 0, max_len: int = 5, n_pairs: int = 8,
+def pair_ids(program: tw.Compiled, clean: str, corrupt: str, answer: str) -> dict[str, Any]:
+    """A pair as the patching checks run it: both prompts teacher-forced with the clean
+    answer, as token ids of one length, and the first position that predicts an answer token
+    (``patching.json``, read by scripts/runtimes/tl_patching.py)."""
+    vocab = program.vocab
+    ids = vocab.encode(clean + answer)
+    return {"clean": ids, "corrupt": vocab.encode(corrupt + answer)[: len(ids)],
+            "start": len(vocab.encode(clean)) - 1}
+
+
+def write(out: Path, n: int, seed: int = 0, max_len: int = 5, n_pairs: int = 32,
           log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Compile and save the suite under ``out``; returns its index (also ``suite.json``)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -130,6 +174,9 @@ def write(out: Path, n: int, seed: int = 0, max_len: int = 5, n_pairs: int = 8,
         directory = Path(program.save_pretrained(out / name))
         (directory / "pairs.json").write_text(json.dumps(
             {"format": "torchwright_fx.pairs/1", "program": name, "pairs": chosen}, indent=1))
+        (directory / "patching.json").write_text(json.dumps(
+            {"tau": PATCHING_TAU, "pairs": [pair_ids(program, p["clean"], p["corrupt"],
+                                                     p["answer"]) for p in chosen]}))
         stats = program.stats()
         index.append({"name": name, "directory": name, **origin, "layers": stats["layers"],
                       "pairs": len(chosen)})

@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torchwright_fx as tw  # noqa: E402
+from examples import suite  # noqa: E402
 
 RASP = ["count", "count_less_freq", "detect_pattern", "frac_prevs", "hist", "length",
         "nary_sequencemap", "pair_balance", "reverse", "shift_by", "shuffle_dyck",
@@ -52,7 +53,7 @@ RASP = ["count", "count_less_freq", "detect_pattern", "frac_prevs", "hist", "len
 EXAMPLES = {"adder_1digit": {}, "binary_increment": {"max_bits": 4},
             "caesar_cipher": {"max_letters": 3}}
 MAX_LEN = 4  # RASP inputs up to 4 tokens
-TAU = 0.01
+TAU = suite.PATCHING_TAU
 DOMAIN_CAP = 5000
 
 
@@ -297,32 +298,34 @@ def check(program: tw.Compiled, directory: Path, n_pairs: tuple[int, int] = (24,
 
 
 def pair_ids(program: tw.Compiled, pair: Pair) -> dict[str, Any]:
-    """A pair as check() runs it: both sequences teacher-forced with the clean answer, and the
-    first position that predicts an answer token."""
-    vocab = program.vocab
-    ids = vocab.encode(pair.clean + pair.answer)
-    return {"kind": pair.kind, "clean": ids,
-            "corrupt": vocab.encode(pair.corrupt + pair.answer)[: len(ids)],
-            "start": len(vocab.encode(pair.clean)) - 1}
+    """A pair as check() runs it (``examples.suite.pair_ids``)."""
+    return suite.pair_ids(program, pair.clean, pair.corrupt, pair.answer)
 
 
-def compare_tl(root: Path, names: list[str], max_len: int, tau: float) -> int:
+def compare_tl(root: Path, names: list[str] | None, max_len: int, tau: float) -> int:
     """TransformerLens' patching (tl_found.json) against this check's torch hooks, both scored
-    against edges.json at head granularity: the same units must be found."""
+    against edges.json at head granularity: the same units must be found. A directory this
+    script cannot rebuild as it was saved (a suite's programs: ``suite.json`` beside them)
+    gets TransformerLens' scores alone."""
     print("| program | TransformerLens head P | R | torch hooks head P | R | same units |")
     print("|---|---|---|---|---|---|")
     differ = 0
-    for name in names:
-        directory = root / name
+    dirs = [root / n for n in names] if names else \
+        sorted(p.parent for p in root.glob("*/tl_found.json"))
+    for directory in dirs:
+        name = directory.name
         tl = json.loads((directory / "tl_found.json").read_text())
         edges = json.loads((directory / "edges.json").read_text())
         theirs = tw.score_circuit(set(tl["found"]), edges, granularity="head")["nodes"]
+        cells = f"| {name} | {theirs['precision']:.2f} | {theirs['recall']:.2f} | "
+        if (root / "suite.json").exists() or (name not in RASP and name not in EXAMPLES):
+            print(cells + "- | - | - |", flush=True)
+            continue
         ours = check(build(name, max_len), directory, tau=tau)
         mine = {n for n, v in ours.ratios.items() if v >= tau}
         same = mine == set(tl["found"])
         differ += not same
-        print(f"| {name} | {theirs['precision']:.2f} | {theirs['recall']:.2f} | "
-              f"{ours.head['precision']:.2f} | {ours.head['recall']:.2f} | "
+        print(cells + f"{ours.head['precision']:.2f} | {ours.head['recall']:.2f} | "
               f"{'yes' if same else sorted(mine ^ set(tl['found']))} |", flush=True)
     return 1 if differ else 0
 
@@ -343,7 +346,7 @@ HEADER = ("| program | layers | pairs used | true heads+MLPs | head P | head R |
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--names", nargs="*", default=RASP + list(EXAMPLES))
+    parser.add_argument("-n", "--names", nargs="*", default=None)
     parser.add_argument("--max-len", type=int, default=MAX_LEN)
     parser.add_argument("--tau", type=float, default=TAU)
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -356,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="score DIR/<name>/tl_found.json (TransformerLens' patching, "
                              "scripts/runtimes/tl_patching.py) beside this check's own")
     args = parser.parse_args(argv)
+    args.names_given = args.names is not None
+    if args.names is None:
+        args.names = RASP + list(EXAMPLES)
     torch.set_num_threads(2)
     if args.save:
         for name in args.names:
@@ -366,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             print(directory)
         return 0
     if args.compare_tl:
-        return compare_tl(args.compare_tl, args.names, args.max_len, args.tau)
+        return compare_tl(args.compare_tl, args.names if args.names_given else None,
+                          args.max_len, args.tau)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.names:

@@ -23,15 +23,22 @@ def test_suite_writes_programs_with_ground_truth_and_pairs(tmp_path):
     for entry in index["programs"]:
         directory = tmp_path / entry["directory"]
         for f in ("config.json", "model.safetensors", "edges.json", "components.json",
-                  "circuit.json", "pairs.json"):
+                  "circuit.json", "pairs.json", "patching.json"):
             assert (directory / f).is_file(), (entry, f)
         chosen = json.loads((directory / "pairs.json").read_text())["pairs"]
         assert chosen and len(chosen) == entry["pairs"]
-        for pair in chosen:
-            clean, corrupt = pair["clean"], pair["corrupt"]
-            assert len(clean) == len(corrupt)
-            assert [i for i, (a, b) in enumerate(zip(clean, corrupt, strict=True)) if a != b] == \
-                [int(pair["position"])]
+        ids = json.loads((directory / "patching.json").read_text())["pairs"]
+        assert len(ids) == len(chosen)
+        for pair, run in zip(chosen, ids, strict=True):
+            clean, corrupt, i = pair["clean"], pair["corrupt"], int(pair["position"])
+            if pair["kind"] == "substitute":
+                assert len(clean) == len(corrupt)
+                assert [j for j, (a, b) in enumerate(zip(clean, corrupt, strict=True))
+                        if a != b] == [i]
+            else:
+                assert pair["kind"] == "insert" and corrupt[:i] + corrupt[i + 1:] == clean
+            # teacher-forced with the clean answer, both runs one length
+            assert len(run["clean"]) == len(run["corrupt"]) and run["start"] == len(clean)
     # the answers are what the saved model prints (a tracr program and a fuzzer program)
     for name in (names[0], names[-1]):
         directory = tmp_path / name
@@ -42,6 +49,14 @@ def test_suite_writes_programs_with_ground_truth_and_pairs(tmp_path):
             out = model.generate(ids, do_sample=False)
             assert tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == \
                 pair["answer"], (name, pair)
+
+
+def test_suite_pairs_that_move_an_answer_come_first():
+    """A pair whose corruption leaves every answer position's output alone shows nothing to a
+    patching method: such pairs only fill up after every moving one."""
+    for name, program, chosen, _ in suite.programs(len(suite.rasp_names()) + 1, 0, 4, 8):
+        moves = [suite._moves(program, p) for p in chosen]
+        assert moves == sorted(moves, reverse=True), name
 
 
 def test_suite_is_deterministic(tmp_path):

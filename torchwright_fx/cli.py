@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=20, help="how many programs (default 20)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-len", type=int, default=5, help="tracr programs' input length")
-    p.add_argument("--pairs", type=int, default=8, help="prompt pairs per program")
+    p.add_argument("--pairs", type=int, default=32, help="prompt pairs per program (a "
+                   "quarter of them insertions)")
     args = parser.parse_args(argv)
     try:
         if args.command == "suite":

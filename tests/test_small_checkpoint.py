@@ -106,3 +106,16 @@ def test_no_build_is_under_its_parameter_bound_and_none_spends_a_layer(name, pro
     assert f"has under {s['parameter_bound']:,}" in program.summary()
     # the heuristic's placement (either start, balanced) meets the critical-path bound
     assert s["layers"] == s["critical_path_layers"]
+
+
+def test_a_program_without_heads_asked_for_vllm_gets_a_width_vllm_takes(tmp_path):
+    """The emitted head_dim is the geometry's even where the program has no head of its own:
+    at d_head=32 vLLM loads the build, so its width is a multiple of 16 as well."""
+    def value(x):
+        return tw.lookup(x, {"a": 1.0, "b": 2.0, "c": 3.0})
+
+    small = tw.compile(value, vocab=VOCAB, output="value").compile().stats()
+    portable = tw.compile(value, vocab=VOCAB, output="value", d_head=32).compile().stats()
+    assert small["d_head"] == 8 and portable["d_head"] == 32
+    assert portable["d_model"] % WIDTH_MULTIPLE == 0
+    assert small["d_model"] < portable["d_model"]

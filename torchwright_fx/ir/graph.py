@@ -157,6 +157,9 @@ class Program:
     shared: Shared = field(default_factory=Shared)
     # the arithmetics the build is certified for (base/machines.py); a name is accepted too
     precision: Precision = FULL
+    # the geometry's head size (lowering sets it): every head's, and the emitted head_dim even
+    # where the program has no head of its own (0: unknown, as in hand-built test programs)
+    head_size: int = 0
     # half precision: the output as step columns u_t = [code >= t] for t in codes[1:], so that
     # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
     output_steps: tuple[Lin, ...] = ()

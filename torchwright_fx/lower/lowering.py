@@ -242,7 +242,8 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line.
     ``precision``: the arithmetics the constructions are built for (``base/machines.py``)."""
-    prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision))
+    prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision),
+                   head_size=geom.d_head)
     facts = analyse(gm, vocab, geom.max_seq_len)
     with arithmetic(prog.precision):
         try:

@@ -90,7 +90,7 @@ def usable_width(d_model: int, vllm: bool = True) -> bool:
 
 def vllm_loadable(prog: Program) -> bool:
     """Whether vLLM's attention takes the program's head size (then its width must suit
-    vLLM's kernels too); a program without heads is emitted at the least head size."""
+    vLLM's kernels too): the geometry's, emitted as head_dim even without a head of its own."""
     return d_head_of(prog) in VLLM_HEAD_SIZES
 
 

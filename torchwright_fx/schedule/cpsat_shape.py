@@ -11,8 +11,10 @@ from torchwright_fx.schedule.plan import parity as parity  # re-exported: cpsat.
 
 
 def d_head_of(prog: Program) -> int:
-    """The program's head size; 0 without heads (the cost's head term is then 0 anyway)."""
-    return max((len(p.q) for p in prog.producers.values() if isinstance(p, Head)), default=0)
+    """The program's head size: the geometry's, which lowering records; for a hand-built
+    program its heads' (0 without heads: the cost's head term is then 0 anyway)."""
+    return prog.head_size or max((len(p.q) for p in prog.producers.values()
+                                  if isinstance(p, Head)), default=0)
 
 
 @dataclass(frozen=True)

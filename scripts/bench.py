@@ -270,6 +270,16 @@ def section(text: str, heading: str) -> str | None:
     return text[start + 1:] if end < 0 else text[start + 1:end + 1]
 
 
+def replace_section(heading: str, text: str, path: Path = ROOT / "docs" / "benchmarks.md"
+                    ) -> None:
+    """Write ``text`` (a section starting with ``heading``) into ``path`` in the place of the
+    section of that heading, or at the end; the other sections stay as they are."""
+    old = path.read_text()
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    path.write_text(pattern.sub(lambda _: text + "\n", old) if pattern.search(old) else
+                    old.rstrip("\n") + "\n\n" + text)
+
+
 def scaling_section(text: str) -> str | None:
     """The scaling section of a benchmarks.md (from its heading to the next ``## ``)."""
     return section(text, SCALING)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 import tempfile
 import time
@@ -127,14 +126,6 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(md) + "\n"
 
 
-def write(section: str, path: Path = ROOT / "docs" / "benchmarks.md") -> None:
-    text = path.read_text()
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(section + "\n", text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
@@ -144,7 +135,7 @@ def main() -> None:
     section = markdown(rows)
     print(section)
     if not args.no_write:
-        write(section)
+        bench.replace_section(HEADING, section)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -94,12 +93,11 @@ def markdown(now: list[dict], portable: list[dict], old: list[dict] | None, rev:
     return "\n".join(md) + "\n"
 
 
-def write(section: str, path: Path = ROOT / "docs" / "benchmarks.md") -> None:
-    text = path.read_text()
-    pattern = re.compile(rf"^{re.escape(HEADING)}\b.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(section + "\n", text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+def write(section: str) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench  # here, not at the top: --json runs in an older revision's worktree
+
+    bench.replace_section(HEADING, section)
 
 
 def main() -> None:

@@ -326,4 +326,4 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
     seconds = {"lower": t1 - t0, "schedule": t2 - t1, "emit": t3 - t2}
     return Build(prog, plan, machine, placed, seconds, bounds.critical_path_layers(prog),
                  bounds.peak_live_width(prog, plan), reason,
-                 bounds.parameter_bound(prog, geom.d_head, columns.vllm_loadable(prog)))
+                 bounds.parameter_bound(prog))

@@ -38,10 +38,7 @@ class Occupancy:
         self.end = end_stage(layer_count(stage.values()))
         self.live = prog.live_signals()
         self.final = prog.final_reads()
-        self.readers: dict[int, list[int]] = {s: [] for s in self.live}
-        for p in prog.producers.values():
-            for s in p.reads():
-                self.readers[s].append(p.id)
+        self.readers = prog.readers()
         self.touches = {pid: [s for s in {*p.reads(), *p.outputs} if s in self.live]
                         for pid, p in prog.producers.items()}
         self.count = [0] * (self.end - EMBED_STAGE + 1)

@@ -4,7 +4,8 @@ parameters."""
 from __future__ import annotations
 
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
-from torchwright_fx.schedule.columns import reserved_for, usable_width
+from torchwright_fx.schedule.columns import reserved_for, usable_width, vllm_loadable
+from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import (
     EMBED_STAGE,
     Plan,
@@ -80,13 +81,15 @@ def live_bound(prog: Program) -> int:
     return most
 
 
-def parameter_bound(prog: Program, d_head: int, vllm: bool) -> int:
-    """Parameters no Phi-3 checkpoint of this program's heads (at ``d_head``) and lanes goes
-    under, at any layer count from the critical path up: the heads and lanes in all (n layers
-    of ceil(total / n) each hold at least the total), at the narrowest width that takes
+def parameter_bound(prog: Program) -> int:
+    """Parameters no Phi-3 checkpoint of this program's heads (at its head size) and lanes
+    goes under, at any layer count from the critical path up: the heads and lanes in all (n
+    layers of ceil(total / n) each hold at least the total), at the narrowest width that takes
     ``live_bound`` beside the reserved columns (a half build: one constant column; a multiple
-    of 16 where ``vllm``), plus the norms, the embedding and lm_head. The emitted build
-    exceeds it by the layers' one shape, the cancel heads and the width its schedule needs."""
+    of 16 where vLLM takes the head size), plus the norms, the embedding and lm_head. The
+    emitted build exceeds it by the layers' one shape, the cancel heads and the width its
+    schedule needs."""
+    d_head, vllm = d_head_of(prog), vllm_loadable(prog)
     heads = sum(isinstance(p, Head) for p in prog.producers.values())
     lanes = len({lane for p in prog.producers.values() if isinstance(p, FFN)
                  for lane in p.lanes})

@@ -88,12 +88,32 @@ def smaller_of_same_kind(x: torch.Tensor) -> torch.Tensor:
     return tw.token("0") + tw.selector_width(sel) % 5
 
 
-COUNT_PROGRAMS = [count_same_token, digits_so_far, length_mod5, smaller_of_same_kind]
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """Three bits of each token's index in the vocabulary (tw.lookup: embedding columns)."""
+    return torch.cat([tw.lookup(x, {t: V.tokens.index(t) >> b & 1 for t in V.tokens
+                                    if t not in tw.vocab.SPECIALS}) for b in range(3)], -1)
+
+
+def digit_after_last_same_bits(x: torch.Tensor) -> torch.Tensor:
+    """The digit after the latest earlier token whose index has this one's low three bits:
+    == on two bit vectors (families/bit_select.py)."""
+    d = tw.lookup(x, D, default=0)
+    return tw.token("0") + tw.select_latest(tw.select(_bits(x), _bits(x), "=="),
+                                            tw.shift(d, 1), default=0)
+
+
+def count_same_bits(x: torch.Tensor) -> torch.Tensor:
+    """How many earlier tokens share this one's low three index bits, mod 5."""
+    return tw.token("0") + tw.selector_width(tw.select(_bits(x), _bits(x), "==")) % 5
+
+
+COUNT_PROGRAMS = [count_same_token, digits_so_far, length_mod5, smaller_of_same_kind,
+                  count_same_bits]
 COUNT_LENGTH = 64  # counts hold to 97 positions in half (ops/count_half.py)
 
 
 PROGRAMS = [digit_after_last_same_token, latest_smaller_digit, two_conditions, latest_of_any,
-            halfway_back, clamped_reads, digit_at_latched_position]
+            halfway_back, clamped_reads, digit_at_latched_position, digit_after_last_same_bits]
 
 
 def streams(seed: str, n: int = 128) -> list[list[int]]:

@@ -56,7 +56,7 @@ def test_outputs_are_separated_and_refused_where_a_format_merges_them():
     assert "max_seq_len to 97" in e.value.advice
 
 
-QUICK = {"count_same_token", "smaller_of_same_kind"}
+QUICK = {"count_same_token", "smaller_of_same_kind", "count_same_bits"}
 
 
 @pytest.mark.parametrize("fn", [pytest.param(f, id=f.__name__, marks=() if f.__name__ in QUICK

@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM
 import torchwright_fx as tw
 from tests.select_half_programs import ARGMAX_PROGRAMS, PROGRAMS, D, V, streams
 
-QUICK = {"digit_after_last_same_token", "halfway_back", "two_conditions"}
+QUICK = {"digit_after_last_same_token", "halfway_back", "two_conditions",
+         "digit_after_last_same_bits"}
 
 
 @pytest.mark.parametrize("fn", [pytest.param(f, id=f.__name__, marks=() if f.__name__ in QUICK

@@ -150,6 +150,10 @@ class Leaf(Selector):
     pred: Callable[[Sequence[float], Sequence[float]], bool]
     label: str
     op: str | None = None  # the predicate's name when it is one of PREDICATES
+    vetoes = False  # its dims are veto dims (bit_select.BitsEqual), not a part
+
+    def veto(self, ctx: LowerCtx) -> Features:
+        raise NotImplementedError
 
     def holds(self, kv: Sequence[float], qv: Sequence[float]) -> bool:
         return self.pred(kv, qv)
@@ -260,10 +264,13 @@ def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: st
 @dataclass(frozen=True)
 class Features:
     """Content dims of one factor: ``q[r] * k[r]`` summed is 1 when the factor holds, else 0
-    (each feature is 0/1 and at most one product is nonzero). Keys are 0 at <bos>."""
+    (each feature is 0/1 and at most one product is nonzero). Keys are 0 at <bos>. The last
+    ``vetoes`` dims are a bit vector's (``families/bit_select.py``): each product exactly 0
+    when its selection holds, -1 or less in sum when it fails."""
 
     q: list[Lin]
     k: list[Lin]
+    vetoes: int = 0
 
 
 @dataclass(frozen=True)
@@ -409,6 +416,12 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
     leaves = sel.factors()
     if leaves is None:
         return None
+    vetoes = [leaf.veto(ctx) for leaf in leaves if leaf.vetoes]
+    veto_q = [d for f in vetoes for d in f.q]
+    veto_k = [d for f in vetoes for d in f.k]
+    leaves = [leaf for leaf in leaves if not leaf.vetoes]
+    if veto_q and not leaves:  # bits alone: their dims join a part that every key satisfies
+        leaves = [Leaf((), (), lambda kv, qv: True, "every key")]
     matrices = [_matrix(leaf) for leaf in leaves]
     sizes = [_classes(p) for p in matrices]
     if any(n == 0 for n in sizes):
@@ -418,7 +431,7 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
         return 1 if what == "aggregate" else max(m, 1)
 
     split: dict[int, list[Features]] = {}
-    total = sum(sizes) + bos_dims(len(leaves))
+    total = sum(sizes) + bos_dims(len(leaves)) + len(veto_q)
     if total > ctx.geom.tail:  # split below: note the size that would not split
         shared = ctx.prog.shared
         shared.split_d_head = max(shared.split_d_head,
@@ -442,6 +455,9 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
                 break
     feats = []
     for i, leaf in enumerate(leaves):
+        if not leaf.keys and not leaf.queries:  # every key: one dim, G at every key but <bos>
+            feats.append(Features([Lin.constant(1.0)], [1.0 - bos_indicator(ctx)]))
+            continue
         if i in split:
             feats += split[i]
             continue
@@ -453,4 +469,6 @@ def content(ctx: LowerCtx, sel: Selector, what: str, max_parts: int = MAX_SELECT
                         "same few equal products bit for bit)",
                         "combine fewer selectors, or join conditions into one tw.select with "
                         "a predicate function")
+    if veto_q:
+        feats[0] = Features(feats[0].q + veto_q, feats[0].k + veto_k, len(veto_q))
     return feats

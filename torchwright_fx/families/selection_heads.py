@@ -41,6 +41,11 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
         q = [Lin() for _ in range(geom.d_head)]
         k = [Lin() for _ in range(geom.d_head)]
     dims = [(fq * gain, fk) for f in feats for fq, fk in zip(f.q, f.k, strict=True)]
+    vetoes: set[int] = set()  # bit_select's veto dims end the part they are merged into
+    at = 0
+    for f in feats:
+        at += len(f.q)
+        vetoes |= set(range(at - f.vetoes, at))
     dims += [(Lin.constant(c), bos_indicator(ctx)) for c in bos_dims]
     if len(dims) > geom.tail:
         fits = 1 << (len(dims) + geom.rotary - 1).bit_length()
@@ -49,9 +54,10 @@ def head_qk(ctx: LowerCtx, feats: list[Features], gain: float, bos_dims: list[fl
                         f"the {geom.tail} of d_head={geom.d_head}",
                         f"compile with d_head={fits}, or select on streams with fewer distinct "
                         "values (map them first with tw.lookup)", fits)
-    for ql, _ in dims:  # the tie argument: each query dim is G * (0/1 signals), or G
-        assert ql.const == 0.0 and set(ql.terms.values()) <= {gain} or not ql.terms, \
-            f"{what}: a query feature is not G times whole 0/1 columns: {ql}"
+    for r, (ql, _) in enumerate(dims):  # the tie argument: each query dim is G * (0/1
+        # signals), or G; a veto dim's product is exactly 0 wherever its selection holds
+        assert r in vetoes or ql.const == 0.0 and set(ql.terms.values()) <= {gain} \
+            or not ql.terms, f"{what}: a query feature is not G times whole 0/1 columns: {ql}"
     for r, (ql, kl) in enumerate(dims):
         q[geom.rotary + r], k[geom.rotary + r] = ql, kl
     return q, k

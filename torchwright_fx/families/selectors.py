@@ -61,7 +61,7 @@ from torchwright_fx.capture.registry import (
     resolve_callables,
     token_value,
 )
-from torchwright_fx.families import counts, digits, selection, selection_heads
+from torchwright_fx.families import bit_select, counts, digits, selection, selection_heads
 from torchwright_fx.families.intrinsics import (
     as_column,
     moved_ranges,
@@ -124,6 +124,9 @@ def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Sel
     if predicate in ("true", "false"):
         return Leaf((), (), lambda kv, qv: predicate == "true", str(predicate))
     k, q = (v if isinstance(v, Stream) else to_stream(v, 1) for v in (keys, queries))
+    tokens = ctx.input_node in ctx.node.args[:2]
+    if predicate == "==" and not tokens and (k.width > 1 or q.width > 1):
+        return bit_select.bits_equal(ctx, k, q)
     if predicate == "==":  # many whole numbers: matched digit by digit
         by_digits = digits.digit_equality(ctx, k, q, selection.value_at_bos(ctx, 0, "keys"),
                                           selection.value_at_bos(ctx, 1, "queries"))
@@ -142,10 +145,15 @@ def select(keys: torch.Tensor, queries: torch.Tensor,
     ``predicate`` is ``"=="``, ``"!="``, ``"<"``, ``"<="``, ``">"``, ``">="`` (key op query),
     ``"true"``, ``"false"``, or a function ``(key, query) -> bool`` of two numbers. Keys and
     queries are one-column streams with finitely many values (the token stream counts as its
-    codes). Combine selectors with ``&``, ``|``, ``~``; read them with ``tw.aggregate``,
-    ``tw.select_latest`` and ``tw.selector_width``.
+    codes), or, for ``"=="``, two bit vectors of one width (columns of exact 0/1 values):
+    position i selects j where every column agrees, matched bit by bit. Combine selectors
+    with ``&``, ``|``, ``~``; read them with ``tw.aggregate``, ``tw.select_latest`` and
+    ``tw.selector_width``.
     """
     pred = _predicate(predicate)
+    if predicate == "==" and keys.dim() == 2 and queries.dim() == 2 and \
+            min(keys.shape[1], queries.shape[1]) > 1:  # bit vectors (or two token streams)
+        return bit_select.eager(keys, queries)
     k, q = _values_eager(keys), _values_eager(queries)
     ku, kidx = torch.unique(k, return_inverse=True)
     qu, qidx = torch.unique(q, return_inverse=True)
@@ -425,7 +433,9 @@ def _side_values(ctx: FactsCtx, s: Any, arg_index: int) -> tuple[float, ...] | N
     args = ctx.node.args
     if arg_index < len(args) and args[arg_index] is ctx.input_node:
         return tuple(float(i) for i in range(len(ctx.vocab)))
-    x = as_facts(s, 1)
+    x = s if isinstance(s, NodeFacts) else as_facts(s, 1)
+    if x.width != 1:  # a bit vector (bit_select): its values are tuples, not listed here
+        return None
     r = x.ranges[0]
     g = ctx.grid(x.form(0), r) if x.width == 1 and r.finite else None
     if g is None or g.count(r) > numerics.MAX_SELECT_VALUES:

@@ -27,9 +27,11 @@ from examples.rv32i.trace import ADDR, BYTE, EXIT, OUT, RECORD
 MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bss, stack)
 HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
 VOCAB = tw.Vocab(trace.alphabet(HI))
-SENTINEL = 255  # the key of positions that end no record: a cell nothing reads
 MAX_P = MEM_WORDS - 1  # the last word index
-MAX_CELL = 256 + MAX_P  # cells: registers and ports 0..255, memory word k at 256 + k
+# A cell's address as the selections match it, 13 bits: its page (4 bits: memory word k is in
+# page k >> 8, 0..14; registers and ports are page 15), its low byte (8 bits), and a 1 on
+# the keys of positions that end a record (the queries' last bit is 1: no other key matches)
+REGISTER_PAGE = 15
 
 
 def _num(bits: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -111,6 +113,34 @@ def _shift(a: torch.Tensor, amount: torch.Tensor, left: torch.Tensor, arith: tor
     return _when(left, back, x)
 
 
+def _const_bits(like: torch.Tensor, value: int, n: int) -> list[torch.Tensor]:
+    return [torch.full_like(like, float(value >> i & 1)) for i in range(n)]
+
+
+def _address(page: list[torch.Tensor], low: list[torch.Tensor]) -> torch.Tensor:
+    """A query's 13 address bits (page, low byte, and the 1 that only record ends match)."""
+    return torch.cat([*page, *low, torch.ones_like(low[0])], -1)
+
+
+def _register(like: torch.Tensor, number: Any) -> torch.Tensor:
+    """The address bits of register ``number``: an int, or its 5 bits as columns."""
+    page = _const_bits(like, REGISTER_PAGE, 4)
+    if isinstance(number, int):
+        return _address(page, _const_bits(like, number, 8))
+    low = [number[:, i:i + 1] for i in range(5)] + _const_bits(like, 0, 3)
+    return _address(page, low)
+
+
+def _sum_bits(a: torch.Tensor, b: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Bits 0..n-1 of a + b for a, b given as bits: the carry into bit i is one comparison
+    of the low i bits' sum, (a mod 2**i) + (b mod 2**i) >= 2**i (every value below 2**17)."""
+    carry = [torch.zeros_like(a[:, 0:1])]
+    for i in range(1, n + 1):
+        carry.append((_num(a, 0, i) + _num(b, 0, i) >= 2 ** i).float())
+    return [tw.claim(a[:, i:i + 1] + b[:, i:i + 1] + carry[i] - 2 * carry[i + 1], 0, 1,
+                     integral=True) for i in range(n)]
+
+
 def _imm_s(ins: torch.Tensor) -> torch.Tensor:
     return _pick(ins, list(range(7, 12)) + list(range(25, 31)) + [31] * 21)
 
@@ -165,29 +195,31 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         start = tw.is_token(x, [ADDR[h] for h in HI])  # slot 0 of a record
         # A_hi: 0 (registers, ports) or 0x40 + j (memory words 256 j ...): the cell's page
         hi = tw.lookup(x, {ADDR[h]: j for j, h in enumerate(HI)})
+        page = [tw.lookup(x, {ADDR[h]: (j - 1 if j else REGISTER_PAGE) >> i & 1
+                              for j, h in enumerate(HI)}) for i in range(4)]
         byte = tw.lookup(x, {BYTE[b]: b for b in range(256)})
         bits = torch.cat([tw.lookup(x, {BYTE[b]: b >> i & 1 for b in range(256)})
                           for i in range(8)], -1)
 
         # -- the record that ends here (slot 7): its cell, value and P --------------------
-        at7 = tw.shift(torch.cat([start, hi], -1), 7)
+        at7 = tw.shift(torch.cat([start, hi, *page], -1), 7)
         trigger = at7[:, 0:1]
         cell = 256 * at7[:, 1:2] + tw.shift(byte, 6)
         value = torch.cat([tw.shift(bits, k) for k in (5, 4, 3, 2)], -1)  # V0..V3, 32 bits
+        p_bits = tw.shift(bits, 1)  # P_hi (the page of word P), then P_lo: this token
         p = torch.clamp(256 * tw.shift(byte, 1) + byte, 0, MAX_P)  # (any value off triggers)
-        key = _when(trigger, cell, float(SENTINEL))
+        key = torch.cat([at7[:, 2:6], tw.shift(bits, 6), trigger], -1)  # the address bits
         exited = trigger * (cell == EXIT).float()
         after_out = (cell == OUT).float()  # the record that ends here printed a byte
 
-        def read(query: Any) -> torch.Tensor:
-            if isinstance(query, int | float):
-                query = torch.full_like(p, float(query))
-            return tw.select_latest(tw.select(key, query, "=="), value, default=0.0)
+        def read(address: torch.Tensor) -> torch.Tensor:
+            return tw.select_latest(tw.select(key, address, "=="), value, default=0.0)
 
         # -- fetch and decode ---------------------------------------------------------------
-        ins = read(256 + p)
+        ins = read(_address([p_bits[:, i:i + 1] for i in range(4)],
+                            [bits[:, i:i + 1] for i in range(8)]))
         op, f3 = _num(ins, 0, 7), _num(ins, 12, 15)
-        rd, rs1, rs2 = _num(ins, 7, 12), _num(ins, 15, 20), _num(ins, 20, 25)
+        rd = _num(ins, 7, 12)
         is_opimm, is_op = (op == 0x13).float(), (op == 0x33).float()
         is_lui, is_auipc = (op == 0x37).float(), (op == 0x17).float()
         is_jal, is_jalr = (op == 0x6F).float(), (op == 0x67).float()
@@ -196,19 +228,18 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         f3_is = [(f3 == k).float() for k in range(8)]
 
         # -- registers: rs1, rs2, and what an ECALL reads (a0 a1 a2 a7) ---------------------
-        r1, r2 = read(rs1), read(rs2)
-        a0, a1, a2, a7 = read(10), read(11), read(12), read(17)
+        r1, r2 = read(_register(p, ins[:, 15:20])), read(_register(p, ins[:, 20:25]))
+        a0, a1, a2, a7 = (read(_register(p, r)) for r in (10, 11, 12, 17))
         is_exit = is_ecall * (_num(a7, 0, 8) == 93).float()
         is_write = is_ecall * (_num(a7, 0, 8) == 64).float()
         # a write prints one byte a record; the count so far is in the last record's V1 V2
         count = _when(after_out, value[:, 8:24], torch.zeros_like(value[:, 8:24]))
-        count_bits = torch.cat([count, torch.zeros_like(count)], -1)
 
         # -- the ALU, and the address of a load, a store or the next byte of a write --------
         use_r2 = is_op + is_branch
         upper = is_lui + is_auipc
         imm = _when(upper, _imm_u(ins), _when(is_store, _imm_s(ins), _imm_i(ins)))
-        b = _when(use_r2, r2, _when(is_write, count_bits, imm))
+        b = _when(use_r2, r2, imm)
         is_sub = is_op * f3_is[0] * ins[:, 30:31]
         b_add = _when(is_sub, 1 - b, b)
         # pc and pc + 4 as bytes: pc = 0x10000 + 4 P
@@ -217,17 +248,18 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         pc_bytes = [4 * (p - 64 * pc_hi), pc_hi, torch.ones_like(p), torch.zeros_like(p)]
         link_hi = torch.floor(p_next / 64)
         link = [4 * (p_next - 64 * link_hi), link_hi, torch.ones_like(p), torch.zeros_like(p)]
-        a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, _when(is_write, w_k, r_k)))
-                   for pc_k, r_k, w_k in zip(pc_bytes, _bytes(r1), _bytes(a1), strict=True)]
+        a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, r_k))
+                   for pc_k, r_k in zip(pc_bytes, _bytes(r1), strict=True)]
         total = [tw.claim(t, 0, 255, integral=True)
                  for t in _add(a_bytes, _bytes(b_add), is_sub)]
-        quarter = torch.floor(total[0] / 4)
-        # (address - 0x10000) / 4 for an address in the window (byte 2 is 1, byte 3 is 0)
-        word_index = quarter + 64 * total[1]
-        mem_cell = 256 + torch.clamp(word_index, 0, MAX_P)
-        offset = total[0] - 4 * quarter
+        # the address of a load, a store, a JALR or a write's byte (r1 + imm, a1 + count) as
+        # bits: bits 2..15 are the word index (the window's addresses have bit 16 set)
+        addr = _sum_bits(_when(is_write, a1[:, 0:16], r1[:, 0:16]),
+                         _when(is_write, count, imm[:, 0:16]), 16)
+        word_index = sum(addr[i] * 2.0 ** (i - 2) for i in range(2, 16))
+        offset = addr[0] + 2 * addr[1]
         off = [(offset == k).float() for k in range(4)]
-        mem = read(mem_cell)
+        mem = read(_address(addr[10:14], addr[2:10]))
         loaded = _load(mem, off, f3_is)
         stored = _store(mem, off, f3_is, _bytes(r2))
 
@@ -279,17 +311,18 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
 
         # -- the record ---------------------------------------------------------------------
         writes = (alu + upper + is_jal + is_jalr + is_load) * (rd > 0).float()
-        target = _when(is_exit, float(EXIT), _when(write_byte, float(OUT), _when(
-            write_done, 10.0, _when(is_store, mem_cell, writes * rd))))
+        target_lo = _when(is_exit, float(EXIT), _when(write_byte, float(OUT), _when(
+            write_done, 10.0, _when(is_store, _num(torch.cat(addr[2:10], -1), 0, 8),
+                                    writes * rd))))
+        target_hi = _when(is_store, 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero)
         vbytes = []
         for k in range(4):
             v = _when(is_exit, _bytes(a0)[0] if k == 0 else zero, _when(
                 write_byte, out_bytes[k], _when(write_done, _bytes(a2)[k], _when(
                     is_store, stored[k], _when(writes, result[k], zero)))))
             vbytes.append(tw.claim(v, 0, 255, integral=True))
-        target_hi = torch.floor(target / 256)
         nxt_hi = torch.floor(nxt / 256)
-        codes = [addr0 + target_hi, byte0 + target - 256 * target_hi,
+        codes = [addr0 + target_hi, byte0 + target_lo,
                  *[byte0 + v for v in vbytes], byte0 + nxt_hi, byte0 + nxt - 256 * nxt_hi]
         fire = (trigger.bool() & ~exited.bool()).float()
         held = tw.latch(torch.cat(codes, -1), fire)

@@ -28,9 +28,9 @@ MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bs
 HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
 VOCAB = tw.Vocab(trace.alphabet(HI))
 MAX_P = MEM_WORDS - 1  # the last word index
-# A cell's address as the selections match it, 13 bits: its page (4 bits: memory word k is in
-# page k >> 8, 0..14; registers and ports are page 15), its low byte (8 bits), and a 1 on
-# the keys of positions that end a record (the queries' last bit is 1: no other key matches)
+# A cell's address as the selections match it, 12 bits: its page (4 bits: memory word k is in
+# page k >> 8, 0..14; registers and ports are page 15) and its low byte (8 bits); the keys are
+# the positions that end a record
 REGISTER_PAGE = 15
 
 
@@ -118,8 +118,8 @@ def _const_bits(like: torch.Tensor, value: int, n: int) -> list[torch.Tensor]:
 
 
 def _address(page: list[torch.Tensor], low: list[torch.Tensor]) -> torch.Tensor:
-    """A query's 13 address bits (page, low byte, and the 1 that only record ends match)."""
-    return torch.cat([*page, *low, torch.ones_like(low[0])], -1)
+    """A query's 12 address bits (page, low byte)."""
+    return torch.cat([*page, *low], -1)
 
 
 def _register(like: torch.Tensor, number: Any) -> torch.Tensor:
@@ -208,12 +208,13 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         value = torch.cat([tw.shift(bits, k) for k in (5, 4, 3, 2)], -1)  # V0..V3, 32 bits
         p_bits = tw.shift(bits, 1)  # P_hi (the page of word P), then P_lo: this token
         p = torch.clamp(256 * tw.shift(byte, 1) + byte, 0, MAX_P)  # (any value off triggers)
-        key = torch.cat([at7[:, 2:6], tw.shift(bits, 6), trigger], -1)  # the address bits
+        key = torch.cat([at7[:, 2:6], tw.shift(bits, 6)], -1)  # the address bits
         exited = trigger * (cell == EXIT).float()
         after_out = (cell == OUT).float()  # the record that ends here printed a byte
 
         def read(address: torch.Tensor) -> torch.Tensor:
-            return tw.select_latest(tw.select(key, address, "=="), value, default=0.0)
+            ends = tw.select(trigger, torch.ones_like(trigger), "==")
+            return tw.select_latest(tw.select(key, address, "==") & ends, value, default=0.0)
 
         # -- fetch and decode ---------------------------------------------------------------
         ins = read(_address([p_bits[:, i:i + 1] for i in range(4)],

@@ -138,3 +138,17 @@ def test_the_incremental_peak_is_the_plans_after_any_moves(seed):
         choices = [s for s in range(stage[pid], late[pid] + 1, 2)]
         occupancy.move(pid, rng.choice(choices))
         assert occupancy.peak() == Plan(stage=stage).live_peak(prog)
+
+
+def test_cancels_move_within_their_windows_to_the_layer_with_room():
+    from torchwright_fx.schedule.columns import spread_cancels
+
+    heads = [5, 2, 2]  # the program's heads per layer; d_head 2: two columns per cancel head
+    first = {1: 0, 2: 0, 3: 0, 4: 0, 5: 0}  # every cancel may run at layer 0 (stage 0)
+    latest = {1: 4, 2: 4, 3: 2, 4: 2, 5: 0}  # ... up to layer 2, 1, or only 0
+    placed = spread_cancels(heads, first, latest, 2)
+    per_layer = [sum(1 for s in placed.values() if s // 2 == layer) for layer in range(3)]
+    busiest = max(h + -(-c // 2) for h, c in zip(heads, per_layer, strict=True))
+    assert busiest == 6  # signal 5 must stay at layer 0: 5 + 1; before, 5 + 3 = 8
+    assert all(first[s] <= placed[s] <= latest[s] and placed[s] % 2 == 0 for s in placed)
+    assert placed[5] == 0

@@ -212,9 +212,11 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         exited = trigger * (cell == EXIT).float()
         after_out = (cell == OUT).float()  # the record that ends here printed a byte
 
-        def read(address: torch.Tensor) -> torch.Tensor:
+        def read(address: torch.Tensor, width: int = 32) -> torch.Tensor:
+            """The latest value of the cell at ``address`` (bits), its low ``width`` bits."""
             ends = tw.select(trigger, torch.ones_like(trigger), "==")
-            return tw.select_latest(tw.select(key, address, "==") & ends, value, default=0.0)
+            return tw.select_latest(tw.select(key, address, "==") & ends, value[:, :width],
+                                    default=0.0)
 
         # -- fetch and decode ---------------------------------------------------------------
         ins = read(_address([p_bits[:, i:i + 1] for i in range(4)],
@@ -228,9 +230,15 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         is_load, is_store = (op == 0x03).float(), (op == 0x23).float()
         f3_is = [(f3 == k).float() for k in range(8)]
 
-        # -- registers: rs1, rs2, and what an ECALL reads (a0 a1 a2 a7) ---------------------
-        r1, r2 = read(_register(p, ins[:, 15:20])), read(_register(p, ins[:, 20:25]))
-        a0, a1, a2, a7 = (read(_register(p, r)) for r in (10, 11, 12, 17))
+        # -- registers: rs1 and rs2; an ECALL (whose fields are 0) reads a1 and a2 in their
+        # place, and the low bytes of a7 (which call) and a0 (exit's status) -------------
+        def field(lo: int, ecall_reads: int) -> torch.Tensor:
+            return torch.cat([tw.claim(ins[:, lo + i:lo + i + 1] + (ecall_reads >> i & 1)
+                                       * is_ecall, 0, 1, integral=True) for i in range(5)], -1)
+
+        r1, r2 = read(_register(p, field(15, 11))), read(_register(p, field(20, 12)))
+        a2 = r2  # (a1 is r1: the write reads its buffer at r1 + count)
+        a0, a7 = (read(_register(p, r), 8) for r in (10, 17))
         is_exit = is_ecall * (_num(a7, 0, 8) == 93).float()
         is_write = is_ecall * (_num(a7, 0, 8) == 64).float()
         # a write prints one byte a record; the count so far is in the last record's V1 V2
@@ -255,8 +263,7 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
                  for t in _add(a_bytes, _bytes(b_add), is_sub)]
         # the address of a load, a store, a JALR or a write's byte (r1 + imm, a1 + count) as
         # bits: bits 2..15 are the word index (the window's addresses have bit 16 set)
-        addr = _sum_bits(_when(is_write, a1[:, 0:16], r1[:, 0:16]),
-                         _when(is_write, count, imm[:, 0:16]), 16)
+        addr = _sum_bits(r1[:, 0:16], _when(is_write, count, imm[:, 0:16]), 16)
         word_index = sum(addr[i] * 2.0 ** (i - 2) for i in range(2, 16))
         offset = addr[0] + 2 * addr[1]
         off = [(offset == k).float() for k in range(4)]
@@ -318,7 +325,7 @@ def make(max_seq_len: int = 1088, **options: Any) -> tw.Compiled:
         target_hi = _when(is_store, 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero)
         vbytes = []
         for k in range(4):
-            v = _when(is_exit, _bytes(a0)[0] if k == 0 else zero, _when(
+            v = _when(is_exit, _num(a0, 0, 8) if k == 0 else zero, _when(
                 write_byte, out_bytes[k], _when(write_done, _bytes(a2)[k], _when(
                     is_store, stored[k], _when(writes, result[k], zero)))))
             vbytes.append(tw.claim(v, 0, 255, integral=True))

@@ -26,7 +26,14 @@ from torchwright_fx.base.numerics import VLLM_HEAD_SIZES, WIDTH_MULTIPLE, is_pow
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.schedule.cpsat_shape import d_head_of
-from torchwright_fx.schedule.plan import Plan, end_stage, layer_members, layer_of
+from torchwright_fx.schedule.plan import (
+    ATTENTION,
+    Plan,
+    end_stage,
+    last_stage_to,
+    layer_members,
+    layer_of,
+)
 
 # the widths tried when d_model is left to the compiler (the least holds the constant, one pin
 # and two signals)
@@ -136,8 +143,10 @@ def reserved_for(prog: Program, d_model: int, constants: int | None = None) -> i
 
 def assign(prog: Program, plan: Plan, d_model: int,
            spans: dict[int, tuple[int, int]] | None = None, reserved: int | None = None
-           ) -> tuple[dict[int, int], dict[int, int]]:
-    """Columns for every live signal, and the cancel stage of each recycled signal.
+           ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Columns for every live signal, the cancel stage of each recycled signal (the first
+    attention stage after its last read), and the latest stage its cancel may move to (the
+    last attention stage before its column's next owner is written).
     ``spans``: ``plan.occupancy(prog)`` and ``reserved``: ``reserved_for(prog, d_model)``
     when the caller has them already. In half precision no column is recycled (a cancel head
     is attention, which half does not certify yet)."""
@@ -152,6 +161,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
     holder: dict[int, int] = {}  # column -> current owner
     columns: dict[int, int] = {}
     cancels: dict[int, int] = {}
+    latest: dict[int, int] = {}
     for sid in sorted(spans, key=lambda s: (spans[s][0], s)):
         written = spans[sid][0]
         col = next(fresh, None)
@@ -160,12 +170,54 @@ def assign(prog: Program, plan: Plan, d_model: int,
                 raise WidthError(f"needs more than d_model={d_model} columns at stage {written}")
             cancel, col, previous = heapq.heappop(released)
             cancels[previous] = cancel
+            latest[previous] = last_stage_to(written - 1, ATTENTION)
         columns[sid] = col
         holder[col] = sid
         stage = spans[sid][1]
         if stage < end:  # else never freed: nothing is written after it
             heapq.heappush(released, (stage, col, sid))
-    return columns, cancels
+    return columns, cancels, latest
+
+
+def spread_cancels(heads: list[int], cancels: dict[int, int], latest: dict[int, int],
+                   d_head: int) -> dict[int, int]:
+    """Cancel stages, each within [its first stage, ``latest``], that make the busiest layer's
+    heads (``heads[L]`` the program's, plus one per d_head cancelled columns) as few as they
+    can be: the least head count whose capacity fits the cancels, each layer filled with
+    the pending cancels of the earliest deadline first (optimal for unit jobs in windows)."""
+    if not cancels:
+        return cancels
+    order = sorted(cancels, key=lambda s: (cancels[s], latest[s], s))
+    n_layers = len(heads)
+
+    def fill(most: int) -> dict[int, int] | None:
+        placed: dict[int, int] = {}
+        pending: list[tuple[int, int]] = []  # (latest layer, signal)
+        it = 0
+        for layer in range(n_layers):
+            while it < len(order) and layer_of(cancels[order[it]]) <= layer:
+                heapq.heappush(pending, (layer_of(latest[order[it]]), order[it]))
+                it += 1
+            room = (most - heads[layer]) * d_head
+            while pending and room > 0:
+                due, sid = heapq.heappop(pending)
+                if due < layer:
+                    return None
+                placed[sid] = 2 * layer  # the layer's attention stage
+                room -= 1
+            if pending and pending[0][0] <= layer:
+                return None
+        return placed if it == len(order) and not pending else None
+
+    now = [0] * n_layers
+    for stage in cancels.values():
+        now[layer_of(stage)] += 1
+    top = max(h + -(-c // d_head) for h, c in zip(heads, now, strict=True))
+    for most in range(max(heads), top):
+        placed = fill(most)
+        if placed is not None:
+            return placed
+    return cancels
 
 
 class _Cost:
@@ -214,7 +266,12 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     def reserved(d: int) -> int:
         return reserved_for(prog, d, constants)
 
-    def build(d: int, cols: dict[int, int], cancels: dict[int, int]) -> Plan:
+    heads = [len(h) for h, _ in layer_members(prog, plan)]
+    d_head = d_head_of(prog) or 1
+
+    def build(d: int, cols: dict[int, int], cancels: dict[int, int], latest: dict[int, int]
+              ) -> Plan:
+        cancels = spread_cancels(heads, cancels, latest, d_head)
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
                                    d_model=d, const_col=0,
                                    pin_cols=list(range(1, reserved(d))))
@@ -227,11 +284,11 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
         # (a width that is not a multiple of WIDTH_MULTIPLE is the user's choice: exact,
         # but vLLM's CPU kernels refuse it)
         try:
-            cols, cancels = assign(prog, plan, d_model, spans, reserved(d_model))
+            cols, cancels, latest = assign(prog, plan, d_model, spans, reserved(d_model))
         except WidthError as e:
             raise WidthError(f"the program does not fit: {e}; leave d_model unset to pick the "
                              "smallest width that fits, or schedule with optimize>=1") from None
-        return build(d_model, cols, cancels)
+        return build(d_model, cols, cancels, latest)
     peak = plan.live_peak(prog)
     cost = _Cost(prog, plan)
     error: WidthError | None = None
@@ -242,11 +299,11 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
             d += 1
             continue
         try:
-            cols, cancels = assign(prog, plan, d, spans, reserved(d))
+            cols, cancels, latest = assign(prog, plan, d, spans, reserved(d))
         except WidthError as e:
             error = e
         else:
-            candidate = build(d, cols, cancels)
+            candidate = build(d, cols, cancels, latest)
             if best is None or cost(candidate) < best[0]:
                 best = (cost(candidate), candidate)
             # a wider plan without cancels only costs more; past a power of two, the

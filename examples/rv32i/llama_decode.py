@@ -1,8 +1,9 @@
 """Greedy decoding through llama.cpp (llama-cpp-python), for
 ``python -m examples.rv32i run --backend llama``. Runs in the project's llama venv
 (``make runtime-llama`` builds .runtimes/llama/venv) as a subprocess, so the main venv needs no
-llama.cpp: it reads ``{"gguf", "ids", "eos", "max_new_tokens", "threads"}`` as JSON on stdin
-and prints the new token ids (``<eos>`` not included) as JSON on stdout."""
+llama.cpp: it reads ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx"}`` as JSON
+on stdin and prints the new token ids (``<eos>`` not included) as JSON on stdout; ``n_ctx``
+sizes the KV cache to the run (f32, about 39 KB a token for the default build)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ GGML_TYPE_F32 = 0
 
 
 def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: int,
-           half: bool = False) -> list[int]:
+           half: bool = False, n_ctx: int = 0) -> list[int]:
     # an fp32 build (the interpreter's default) needs llama.cpp's flash attention off and an
     # f32 KV cache (docs/runtimes.md); a half build runs at the defaults
     settings = {} if half else {"flash_attn": False, "type_k": GGML_TYPE_F32,
                                 "type_v": GGML_TYPE_F32}
-    llm = Llama(model_path=gguf, n_ctx=0, n_threads=threads, n_threads_batch=threads,
+    llm = Llama(model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 logits_all=True, verbose=False, **settings)
-    n_ctx = llm.n_ctx()  # 0 above: the model's own context, max_seq_len
+    n_ctx = llm.n_ctx()  # (0: the model's own context, max_seq_len)
     llm.eval(ids)
     out: list[int] = []
     while len(out) < max_new_tokens and len(ids) + len(out) < n_ctx:
@@ -38,4 +39,5 @@ def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: in
 if __name__ == "__main__":
     req = json.load(sys.stdin)
     print(json.dumps(decode(req["gguf"], req["ids"], req["eos"], req["max_new_tokens"],
-                            req.get("threads", 2), req.get("half", False))))
+                            req.get("threads", 2), req.get("half", False),
+                            req.get("n_ctx", 0))))

@@ -132,6 +132,7 @@ def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
     if backend == "llama":  # a subprocess in the llama venv (examples/rv32i/llama_decode.py)
         request = {"gguf": str(loaded), "ids": ids, "eos": model.VOCAB.eos_id,
                    "max_new_tokens": max_new_tokens, "threads": LLAMA_THREADS,
+                   "n_ctx": len(ids) + max_new_tokens,  # the KV cache this run uses
                    "half": model.program.options.precision == "half"}
         done = subprocess.run([str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py"))],
                               input=json.dumps(request), capture_output=True, text=True,
@@ -142,9 +143,17 @@ def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
+def _digest() -> str:
+    """The build's key: model.py and the compiler's sources (a new compiler, a new build)."""
+    h = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes())
+    for f in sorted((ROOT / "torchwright_fx").rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _gguf(compiled) -> Path:
     """The F32 GGUF of the current model.py at this length, written once (as ``_saved``)."""
-    digest = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes()).hexdigest()[:12]
+    digest = _digest()
     out = CACHE / f"gguf-{digest}-{compiled.options.max_seq_len}.gguf"
     if not out.exists():
         print(f"rv32i: writing the GGUF {out}", file=sys.stderr)
@@ -155,8 +164,8 @@ def _gguf(compiled) -> Path:
 
 def _saved(compiled) -> Path:
     """The Phi-3 directory of the current model.py at this length, saved once (keyed by the
-    source and max_seq_len)."""
-    digest = hashlib.sha256((Path(__file__).parent / "model.py").read_bytes()).hexdigest()[:12]
+    source, the compiler's and max_seq_len)."""
+    digest = _digest()
     out = CACHE / f"hf-{digest}-{compiled.options.max_seq_len}"
     if not (out / "config.json").exists():
         print(f"rv32i: building the checkpoint into {out}", file=sys.stderr)
@@ -206,8 +215,8 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
             return 3
         recs = prepared.records
     else:
-        limit = trace.RECORD * (len(prepared.records) if max_instructions else
-                                max_seq_len) + 1
+        # the reference's run (which fits max_seq_len), and one more token: <eos>
+        limit = trace.RECORD * len(prepared.records) + 1
         try:
             recs = trace.parse(generate(loaded, prepared.prompt, backend, limit))
         except ValueError as e:

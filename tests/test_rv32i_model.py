@@ -89,6 +89,10 @@ def test_run_refuses_what_the_model_lacks():
     far = asm.image([*asm.li(1, 0x14000), asm.sw(1, 1, 0), *asm.exit_with(0)])
     with pytest.raises(run.Refused, match="holds 0x10000..0x13c00 only"):
         run.prepare_image(far, None, 10 ** 6)
+    # a load beyond the window would read page 15's cells (the registers): refused
+    beyond = asm.image([*asm.li(1, 0x13C00), asm.lw(2, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match="holds 0x10000..0x13c00 only"):
+        run.prepare_image(beyond, None, 10 ** 6)
     with pytest.raises(run.Refused, match="M extension"):
         run.prepare_image(asm.image([asm.mul(1, 1, 1), *asm.exit_with(1)]), None, 10 ** 6)
     with pytest.raises(run.Refused, match="1025 tokens, over the model's max_seq_len 1024"):

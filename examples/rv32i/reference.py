@@ -52,6 +52,7 @@ class Step:
     mem_word: int = 0  # after a store: the whole aligned word that holds it
     out: bytes = b""  # what an ECALL write printed
     exit: int | None = None  # the exit status of an ECALL exit
+    reads: tuple[int, int] | None = None  # (address, bytes) a load or a write's buffer reads
 
     def describe(self) -> str:
         text = f"{self.pc:08x}: {self.word:08x}  {disasm(self.word, self.pc):<28}"
@@ -184,6 +185,7 @@ class Machine:
         value: int | None = None
         store = None
         out, exit_code, mem_word = b"", None, 0
+        reads = None
         if op == 0x13:  # OP-IMM
             imm = imm_i(w) & MASK
             f7 = w >> 25
@@ -237,6 +239,7 @@ class Machine:
             _name, width, signed = LOADS[f3]
             addr = (a + imm_i(w)) & MASK
             j = self._addr(pc, w, addr, width, "load")
+            reads = (addr, width)
             value = int.from_bytes(self.mem[j:j + width], "little")
             if signed:
                 value = sext(value, 8 * width)
@@ -280,6 +283,8 @@ class Machine:
         elif w == 0x73:  # ECALL
             value, out, exit_code = self._ecall(pc, w)
             rd = 10 if value is not None else 0
+            if regs[17] == SYS_WRITE:
+                reads = (regs[11], regs[12])
         else:
             raise Fault(pc, w, "illegal instruction" if w != 0x100073 else "ebreak")
         if nxt % 4:
@@ -293,7 +298,7 @@ class Machine:
         self.steps += 1
         if exit_code is not None:
             self.exit_code = exit_code
-        return Step(pc, w, nxt, rd, value, store, mem_word, out, exit_code)
+        return Step(pc, w, nxt, rd, value, store, mem_word, out, exit_code, reads)
 
     def _ecall(self, pc: int, w: int) -> tuple[int | None, bytes, int | None]:
         r = self.regs

@@ -59,7 +59,8 @@ def prepare_image(image: elf.Image, max_instructions: int | None, max_seq_len: i
     end = elf.BASE + 4 * _model().MEM_WORDS
     window = f"the compiled machine holds {elf.BASE:#x}..{end:#x} only"
     for s in steps:
-        if s.next_pc >= end or (s.store and s.store[0] >= end):
+        if s.next_pc >= end or (s.store and s.store[0] >= end) or \
+                (s.reads and s.reads[1] and s.reads[0] + s.reads[1] > end):
             raise Refused(f"pc {s.pc:#x}: {window}")
     text = trace.prompt(image)
     if any(w >= end for w in _nonzero_words(image)):

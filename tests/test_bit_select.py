@@ -53,7 +53,15 @@ def constant_query(x):  # a fixed address: the latest token whose bits are 1 0 1
     return tw.select_latest(tw.select(_bits(x), q, "=="), tw.shift(_digit(x), 1), default=0.0)
 
 
-PROGRAMS = [latest_after_same, width_same, mean_shifted_bits, joined, constant_query]
+def compared_query(x):  # query bits from comparisons (a SiLU's tail of noise), used as they are
+    d = _digit(x)
+    q = torch.cat([(torch.remainder(torch.floor(d / 2 ** b), 2) == 1).float() for b in range(4)],
+                  -1)
+    return tw.select_latest(tw.select(_bits(x), q, "=="), tw.shift(d, 1), default=0.0)
+
+
+PROGRAMS = [latest_after_same, width_same, mean_shifted_bits, joined, constant_query,
+            compared_query]
 
 
 def _oracle(name: str, codes: list[int]) -> list[float]:
@@ -65,7 +73,8 @@ def _oracle(name: str, codes: list[int]) -> list[float]:
            "width_same": lambda i, j: b[j] == b[i],
            "mean_shifted_bits": lambda i, j: b[j] & 7 == b[i] >> 1,
            "joined": lambda i, j: b[j] & 3 == b[i] & 3 and b[j] // 4 == b[i] // 4,
-           "constant_query": lambda i, j: b[j] == 13}[name]
+           "constant_query": lambda i, j: b[j] == 13,
+           "compared_query": lambda i, j: b[j] == b[i]}[name]
     out = []
     for i in range(len(codes)):
         chosen = [j for j in range(1, i + 1) if sel(i, j)]
@@ -77,8 +86,8 @@ def _oracle(name: str, codes: list[int]) -> list[float]:
             out.append(15.0 if name == "joined" else 0.0)
         else:
             j = chosen[-1]
-            out.append(float(back(j, 1) if name in ("latest_after_same", "constant_query")
-                             else b[j]))
+            out.append(float(back(j, 1) if name in ("latest_after_same", "constant_query",
+                                                    "compared_query") else b[j]))
     return out
 
 

@@ -211,11 +211,12 @@ def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
         # -- the record that ends here (slot 7): its cell, value and P --------------------
         at7 = tw.shift(torch.cat([start, hi, *page], -1), 7)
         trigger = at7[:, 0:1]
-        cell = 256 * at7[:, 1:2] + tw.shift(byte, 6)
+        low = tw.shift(bits, 6)  # A_lo's bits (a byte is a linear map of its bits: no head)
+        cell = 256 * at7[:, 1:2] + _num(low, 0, 8)
         value = torch.cat([tw.shift(bits, k) for k in (5, 4, 3, 2)], -1)  # V0..V3, 32 bits
         p_bits = tw.shift(bits, 1)  # P_hi (the page of word P), then P_lo: this token
-        p = torch.clamp(256 * tw.shift(byte, 1) + byte, 0, MAX_P)  # (any value off triggers)
-        key = torch.cat([at7[:, 2:6], tw.shift(bits, 6)], -1)  # the address bits
+        p = torch.clamp(256 * _num(p_bits, 0, 8) + byte, 0, MAX_P)  # (any value off triggers)
+        key = torch.cat([at7[:, 2:6], low], -1)  # the address bits
         exited = trigger * (cell == EXIT).float()
         after_out = (cell == OUT).float()  # the record that ends here printed a byte
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from torchwright_fx.base.numerics import SELECT_FEATURE_NOISE
 from torchwright_fx.families import selection
 from torchwright_fx.families.selection import Features, Leaf, Side, bos_indicator
 from torchwright_fx.ir.linear import Lin
@@ -76,7 +77,12 @@ def _bit_column(ctx: LowerCtx, side: Side) -> Lin:
 def _bit_sides(ctx: LowerCtx, s: Stream, at_bos: list[float], what: str) -> tuple[Side, ...]:
     sides = []
     for i, (col, rng) in enumerate(zip(s.cols, s.ranges, strict=True)):
-        side = selection.stream_side(ctx, col, rng, at_bos[i], f"{what}[{i}]", what)
+        # a bit this close to 0 or 1 (a comparison's SiLU tail) is used as it is: near 1 it
+        # is 1.0 in fp32, near 0 the products of all 2w veto dims together stay within the
+        # SELECT_FEATURE_NOISE of one column, far below half an ulp of the G * 1 product
+        # every selected key carries (docs/attention.md)
+        side = selection.stream_side(ctx, col, rng, at_bos[i], f"{what}[{i}]", what,
+                                     SELECT_FEATURE_NOISE / (2 * s.width))
         if not set(side.values) <= {0.0, 1.0}:
             raise ctx.error(f"select == on {s.width} columns matches bit vectors, but column {i} "
                             f"of the {what} takes the values {list(side.values)[:6]}, not only "

@@ -218,9 +218,11 @@ def side(ctx: LowerCtx, s: Stream, what: str, arg_index: int) -> Side:
                        what)
 
 
-def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin, Interval]:
+def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str, tolerance: float = 0.0
+                 ) -> tuple[Lin, Interval]:
     """A key or query column as the selection needs it: finite, reached by the reference
-    with at most one rounding, and bit-exact (a noisy one is snapped onto its lattice)."""
+    with at most one rounding, and bit-exact (a noisy one is snapped onto its lattice, unless
+    its noise is within ``tolerance``)."""
     if not rng.finite:
         raise ctx.error(f"select's {what} have no finite range",
                         "declare it with tw.claim(v, lo, hi, integral=True)")
@@ -231,15 +233,15 @@ def exact_column(ctx: LowerCtx, col: Lin, rng: Interval, what: str) -> tuple[Lin
                         "them first (torch.round)")
     if ctx.prog.precision.half:  # every value is exact there: the certificate replays it
         return col, rng.with_noise(0.0)
-    if rng.noise > 0:  # a decoded position or count: rounded onto its lattice first
+    if rng.noise > tolerance:  # a decoded position or count: rounded onto its lattice first
         col, rng = rules.snapped(ctx, col, rng) or (col, rng)
     return col, rng
 
 
-def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: str, what: str
-                ) -> Side:
+def stream_side(ctx: LowerCtx, col: Lin, rng: Interval, at_bos: float, label: str, what: str,
+                tolerance: float = 0.0) -> Side:
     """The Side of one column (``side`` for an argument; ``digit_equality`` for a digit)."""
-    col, rng = exact_column(ctx, col, rng, what)
+    col, rng = exact_column(ctx, col, rng, what, tolerance)
     grid = rules.grid(ctx, col, rng)
     if grid is None:
         raise ctx.error(f"select's {what} must take finitely many values (integers, token codes "

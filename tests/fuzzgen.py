@@ -342,9 +342,22 @@ class _Gen:
             if op == "~":
                 return f"~{self.selector(depth + 1)}"
             return f"({self.selector(depth + 1)} {op} {self.selector(depth + 1)})"
+        if d.chance(0.15):  # == on two bit vectors (families/bit_select.py)
+            n = d.int(2, 5)
+            return f"tw.select({self.bit_vector(n)}, {self.bit_vector(n)}, '==')"
         pred = d.pick(self.PREDICATES)
         pred = pred if pred.startswith("lambda") else repr(pred)
         return f"tw.select({self.select_side()}, {self.select_side()}, {pred})"
+
+    def bit_vector(self, n: int) -> str:
+        """n 0/1 columns side by side, from the pool's bits (moved ones too) or new leaves."""
+        d = self.d
+        bits = [v for v in self.pool if v.kind == "bit"]
+        cols = []
+        for _ in range(n):
+            name = d.pick(bits).name if bits and d.chance(0.6) else self.bit_leaf().name
+            cols.append(f"tw.shift({name}, {d.int(1, 3)})" if d.chance(0.25) else name)
+        return "torch.cat([" + ", ".join(f"{c}.float()" for c in cols) + "], -1)"
 
     # -- integers --
     def int_op(self) -> Var:

@@ -195,15 +195,32 @@ rv32i-qemu: $(STAMP)
 	$(PY) -m examples.rv32i qemu $(RV_ELFS)
 
 # the compiled interpreter confirms C programs' traces teacher-forced (examples/rv32i/run.py;
-# measured: hello's 688 trace tokens in 16 s, sum's 4,360 at max_seq_len 5376 in 47 s)
+# measured: hello's 688 trace tokens and sum's 4,360 in about 5 s each after a 5 s build)
 rv32i-verify: $(STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --verify
-	$(PY) -m examples.rv32i run $(RV_DIR)/elf/sum.elf --verify --max-seq-len 5376; \
+	$(PY) -m examples.rv32i run $(RV_DIR)/elf/sum.elf --verify; \
 		test $$? -eq 186  # sum exits with 5050 mod 256
 
 # hello through llama.cpp (examples/rv32i/llama_decode.py in the llama venv; about a minute)
 rv32i-llama: $(STAMP) $(LLAMA_STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/hello.elf --backend llama | grep -qx 'Hello, world!'
+
+# firebrand's RV32IM beside ours (issue 33; not part of `make test`): firebrand 0.0.1 in its own
+# venv under .runtimes/firebrand (numpy only, seconds once), the same loop through its Python
+# runtime and C decoder and through our checkpoint in llama.cpp, transformers and the runtime;
+# writes docs/benchmarks.md's "RV32I" section (about 2 minutes)
+FIREBRAND_DIR := .runtimes/firebrand
+FIREBRAND_STAMP := $(FIREBRAND_DIR)/.installed
+$(FIREBRAND_STAMP): scripts/firebrand/requirements.txt
+	rm -rf $(FIREBRAND_DIR)/venv
+	mkdir -p $(FIREBRAND_DIR)
+	python3.11 -m venv $(FIREBRAND_DIR)/venv || python3 -m venv $(FIREBRAND_DIR)/venv
+	$(FIREBRAND_DIR)/venv/bin/python -m pip install -q -r scripts/firebrand/requirements.txt
+	touch $(FIREBRAND_STAMP)
+
+.PHONY: bench-firebrand
+bench-firebrand: $(STAMP) $(LLAMA_STAMP) $(FIREBRAND_STAMP)
+	$(PY) scripts/bench_rv32i.py
 
 # -- long contexts (issue 37; not part of `make test`) -------------------------------------
 .PHONY: bench-long check-long check-long-vllm

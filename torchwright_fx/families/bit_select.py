@@ -4,7 +4,8 @@ program already holds as bits (an address from byte tokens, a register field of 
 instruction) is matched by its bits: no staircase splits it into digits, and the head takes
 two content dims a bit (one where a column is constant), not one per value.
 
-The construction (docs/attention.md, "Bit vectors"). Per column i, two *veto* dims:
+The construction (docs/attention.md, "Query-dependent selection", "`==` on bit vectors"). Per
+column i, two *veto* dims:
 
 - ``q = G [q_i = 1]``, ``k = -[k_i = 0]``: ``-G`` when the query's bit is 1 and the key's 0;
 - ``q = G [q_i = 0]``, ``k = -[k_i = 1]``: ``-G`` when the query's bit is 0 and the key's 1.

@@ -16,15 +16,17 @@ from llama_cpp import Llama
 GGML_TYPE_F32 = 0
 
 
-def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: int,
-           half: bool = False, n_ctx: int = 0) -> list[int]:
+def load(gguf: str, threads: int, half: bool = False, n_ctx: int = 0) -> Llama:
     # an fp32 build (the interpreter's default) needs llama.cpp's flash attention off and an
     # f32 KV cache (docs/runtimes.md); a half build runs at the defaults
     settings = {} if half else {"flash_attn": False, "type_k": GGML_TYPE_F32,
                                 "type_v": GGML_TYPE_F32}
-    llm = Llama(model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                logits_all=True, verbose=False, **settings)
-    n_ctx = llm.n_ctx()  # (0: the model's own context, max_seq_len)
+    return Llama(model_path=gguf, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                 logits_all=True, verbose=False, **settings)
+
+
+def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int) -> list[int]:
+    n_ctx = llm.n_ctx()  # (0 when loaded: the model's own context, max_seq_len)
     llm.eval(ids)
     out: list[int] = []
     while len(out) < max_new_tokens and len(ids) + len(out) < n_ctx:
@@ -34,6 +36,11 @@ def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: in
         out.append(token)
         llm.eval([token])
     return out
+
+
+def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: int,
+           half: bool = False, n_ctx: int = 0) -> list[int]:
+    return greedy(load(gguf, threads, half, n_ctx), ids, eos, max_new_tokens)
 
 
 if __name__ == "__main__":

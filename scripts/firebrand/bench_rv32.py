@@ -27,6 +27,7 @@ def main() -> None:
     out: dict = {"compile_seconds": round(compiled, 2), "record_tokens": spec.record.width,
                  "prompt_tokens": len(prompt)}
     out |= {k: model.config[k] for k in ("layers", "width", "heads", "dtype", "attention")}
+    model.generate(prompt, 1, backend="c")  # the first call compiles the C decoder
     for backend in ("python", "c"):
         start = time.perf_counter()
         trace = model.generate(prompt, req["max_steps"], backend=backend)

@@ -95,11 +95,12 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def digit_after_last_same_bits(x: torch.Tensor) -> torch.Tensor:
-    """The digit after the latest earlier token whose index has this one's low three bits:
-    == on two bit vectors (families/bit_select.py)."""
+    """The digit at the latest position whose previous token has this token's low three
+    index bits: == on two bit vectors (families/bit_select.py), which half refuses in
+    select_latest (tests/test_select_half.py)."""
     d = tw.lookup(x, D, default=0)
-    return tw.token("0") + tw.select_latest(tw.select(_bits(x), _bits(x), "=="),
-                                            tw.shift(d, 1), default=0)
+    return tw.token("0") + tw.select_latest(tw.select(tw.shift(_bits(x), 1), _bits(x), "=="),
+                                            d, default=0)
 
 
 def count_same_bits(x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +114,7 @@ COUNT_LENGTH = 64  # counts hold to 97 positions in half (ops/count_half.py)
 
 
 PROGRAMS = [digit_after_last_same_token, latest_smaller_digit, two_conditions, latest_of_any,
-            halfway_back, clamped_reads, digit_at_latched_position, digit_after_last_same_bits]
+            halfway_back, clamped_reads, digit_at_latched_position]
 
 
 def streams(seed: str, n: int = 128) -> list[list[int]]:

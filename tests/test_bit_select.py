@@ -40,10 +40,10 @@ def mean_shifted_bits(x):  # keys' bits 0..2 against the query's bits 1..3
     return tw.aggregate(tw.select(b[:, 0:3], b[:, 1:4], "=="), _digit(x))
 
 
-def joined(x):  # bits joined by & to a plain selection
-    b = _bits(x)
-    return tw.select_latest(tw.select(b[:, 0:2], b[:, 0:2], "==")
-                            & tw.select(_digit(x) // 4, _digit(x) // 4, "=="),
+def joined(x):  # bits joined by & to a plain selection, on the previous token's digit
+    b, high = _bits(x), _digit(x) // 4
+    return tw.select_latest(tw.select(tw.shift(b, 1)[:, 0:2], b[:, 0:2], "==")
+                            & tw.select(tw.shift(high, 1), high, "=="),
                             _digit(x), default=15.0)
 
 
@@ -72,7 +72,7 @@ def _oracle(name: str, codes: list[int]) -> list[float]:
     sel = {"latest_after_same": lambda i, j: back(j, 2) == b[i],
            "width_same": lambda i, j: b[j] == b[i],
            "mean_shifted_bits": lambda i, j: b[j] & 7 == b[i] >> 1,
-           "joined": lambda i, j: b[j] & 3 == b[i] & 3 and b[j] // 4 == b[i] // 4,
+           "joined": lambda i, j: back(j, 1) & 3 == b[i] & 3 and back(j, 1) // 4 == b[i] // 4,
            "constant_query": lambda i, j: b[j] == 13,
            "compared_query": lambda i, j: b[j] == b[i]}[name]
     out = []

@@ -70,6 +70,11 @@ def latest_half(ctx: LowerCtx, feats: list[Features], values: list[Lin],
     (``ops/position_half.latest``)."""
     from torchwright_fx.ops import position_half
 
+    if any(f.vetoes for f in feats):  # its keys are gated as 0/1 features; a veto's is -1 or 0
+        raise ctx.error("select_latest on bit vectors (tw.select == on several 0/1 columns) "
+                        "is not certified in half precision yet",
+                        "compile with precision='fp32', or select on the number the bits make "
+                        "(sum(2 ** i * bits[:, i:i + 1]), at most 256 values) in half")
     parts = [list(zip(f.q, f.k, strict=True)) for f in feats]
     return position_half.latest(ctx.prog, ctx.geom, parts, values, ranges, bos_indicator(ctx),
                                 ctx.name, ctx.source)

@@ -47,21 +47,26 @@ def firebrand(words: list[int]) -> dict:
     return json.loads(done.stdout)
 
 
+def _in_llama_venv(script: str, request: dict) -> object:
+    """``script`` run in the llama venv with llama_decode.py importable as ``d`` and the
+    JSON ``request`` as ``r``; what it prints as JSON."""
+    prelude = ("import json, sys, time\nr = json.load(sys.stdin)\n"
+               f"sys.path.insert(0, {str(ROOT / 'examples' / 'rv32i')!r})\n"
+               "import llama_decode as d\n")
+    done = subprocess.run([str(run.LLAMA_PY), "-c", prelude + script], input=json.dumps(request),
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
 def _llama(prompt: str, max_new_tokens: int) -> tuple[str, float]:
     """Greedy decoding in the llama venv (llama_decode.py), timed past the model's load."""
-    ids = model.VOCAB.encode(prompt)
-    request = {"gguf": str(run.load("llama")), "ids": ids, "eos": model.VOCAB.eos_id,
-               "n": max_new_tokens, "threads": run.LLAMA_THREADS,
-               "dir": str(ROOT / "examples" / "rv32i")}
-    script = ("import json, sys, time\nr = json.load(sys.stdin)\nsys.path.insert(0, r['dir'])\n"
-              "import llama_decode as d\n"
-              "llm = d.load(r['gguf'], r['threads'], n_ctx=len(r['ids']) + r['n'])\n"
-              "start = time.perf_counter()\n"
-              "out = d.greedy(llm, r['ids'], r['eos'], r['n'])\n"
-              "print(json.dumps([out, time.perf_counter() - start]))\n")
-    done = subprocess.run([str(run.LLAMA_PY), "-c", script], input=json.dumps(request),
-                          capture_output=True, text=True, check=True)
-    out, seconds = json.loads(done.stdout)
+    request = {"gguf": str(run.load("llama")), "ids": model.VOCAB.encode(prompt),
+               "eos": model.VOCAB.eos_id, "n": max_new_tokens, "threads": run.LLAMA_THREADS}
+    out, seconds = _in_llama_venv(
+        "llm = d.load(r['gguf'], r['threads'], n_ctx=len(r['ids']) + r['n'])\n"
+        "start = time.perf_counter()\n"
+        "out = d.greedy(llm, r['ids'], r['eos'], r['n'])\n"
+        "print(json.dumps([out, time.perf_counter() - start]))\n", request)
     return model.VOCAB.decode(out), seconds
 
 
@@ -84,24 +89,19 @@ def ours(words: list[int]) -> dict:
 
 
 def llama_long() -> list[dict]:
-    """Decoding rate after a long prompt (sum.elf's records repeated): the KV cache's reads."""
+    """Decoding rate after a long prompt (one token repeated): the KV cache's reads."""
     request = {"gguf": str(run.load("llama")), "lengths": list(LONG), "threads": run.LLAMA_THREADS}
-    script = ("import json, sys, time\nimport numpy as np\nfrom llama_cpp import Llama\n"
-              "r = json.load(sys.stdin); out = []\n"
-              "for n in r['lengths']:\n"
-              "    llm = Llama(model_path=r['gguf'], n_ctx=n + 512, n_threads=r['threads'],\n"
-              "                n_threads_batch=r['threads'], logits_all=True, verbose=False,\n"
-              "                flash_attn=False, type_k=0, type_v=0)\n"
-              "    llm.eval([1] + [5] * (n - 1))\n"
-              "    start = time.perf_counter()\n"
-              "    for _ in range(200):\n"
-              "        llm.eval([int(np.argmax(llm.scores[llm.n_tokens - 1]))])\n"
-              "    rate = 200 / (time.perf_counter() - start)\n"
-              "    out.append({'context': n, 'tok_per_s': round(rate, 1)})\n"
-              "print(json.dumps(out))\n")
-    done = subprocess.run([str(run.LLAMA_PY), "-c", script], input=json.dumps(request),
-                          capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)
+    return _in_llama_venv(
+        "out = []\n"
+        "for n in r['lengths']:\n"
+        "    llm = d.load(r['gguf'], r['threads'], n_ctx=n + 512)\n"
+        "    llm.eval([1] + [5] * (n - 1))\n"
+        "    start = time.perf_counter()\n"
+        "    for _ in range(200):\n"
+        "        llm.eval([int(d.np.argmax(llm.scores[llm.n_tokens - 1]))])\n"
+        "    rate = 200 / (time.perf_counter() - start)\n"
+        "    out.append({'context': n, 'tok_per_s': round(rate, 1)})\n"
+        "print(json.dumps(out))\n", request)  # type: ignore[return-value]
 
 
 def markdown(fb: dict, us: dict, long: list[dict], stats: dict) -> str:

@@ -176,9 +176,22 @@ def test_columns_that_are_not_bits_are_refused_with_the_way_out():
         tw.compile(wide, vocab=VOCAB, max_seq_len=64).compile()
     assert "column 4" in str(e.value) and "exact 0/1" in str(e.value)
 
+    def wide_as_bits(x):  # the advice: the digit as 0/1 columns (its bits) instead
+        b = torch.cat([_bits(x), _bits(x)], -1)
+        return tw.select_latest(tw.select(b, b, "=="), _digit(x))
+
+    tw.compile(wide_as_bits, vocab=VOCAB, max_seq_len=64).compile()
+
     def widths(x):
         return tw.select_latest(tw.select(_bits(x), _bits(x, 3), "=="), _digit(x))
 
     with pytest.raises(tw.CompileError) as e:
         tw.compile(widths, vocab=VOCAB, max_seq_len=64).compile()
     assert "4 columns and the queries 3" in str(e.value) and "zeros" in str(e.value)
+
+    def padded(x):  # the advice: the shorter side padded with a zero column
+        q = _bits(x, 3)
+        q = torch.cat([q, torch.zeros_like(q[:, :1])], -1)
+        return tw.select_latest(tw.select(_bits(x), q, "=="), _digit(x))
+
+    tw.compile(padded, vocab=VOCAB, max_seq_len=64).compile()

@@ -17,6 +17,7 @@ from tests.select_half_programs import (
     PROGRAMS,
     D,
     V,
+    _bits,
     digit_after_last_same_bits,
     streams,
 )
@@ -106,6 +107,16 @@ def test_select_latest_on_bit_vectors_is_refused_in_half_with_the_way_out():
                    max_seq_len=64).compile()
     assert "not certified in half" in str(e.value) and "precision='fp32'" in str(e.value)
     assert "select_half_programs.py" in str(e.value)
+    def by_number(x: torch.Tensor) -> torch.Tensor:  # the other way out: the bits' number
+        def number(b: torch.Tensor) -> torch.Tensor:
+            return sum(2 ** i * b[:, i:i + 1] for i in range(3))  # _bits: three columns
+
+        bits = _bits(x)
+        d = tw.lookup(x, D, default=0)
+        return tw.token("0") + tw.select_latest(
+            tw.select(number(tw.shift(bits, 1)), number(bits), "=="), d, default=0)
+
+    tw.compile(by_number, vocab=V, precision="half", max_seq_len=64).compile()
     compiled = tw.compile(digit_after_last_same_bits, vocab=V, max_seq_len=64).compile()
     for s in streams("bits", 63):  # (the last position of the context prints <eos>)
         want = compiled.traced.run(s).round().long().reshape(-1)

@@ -11,7 +11,8 @@ with ``h`` 0 (registers and ports) or 1..15 (memory pages): 4096 values, one sel
 
 Everything for record n is computed at the last token of record n-1 (the trigger) and printed
 by ``tw.emit``; values move as bits (a byte token's bits are embedding columns), and every
-field, immediate, byte and half is a linear map of bits.
+field, immediate, byte and half is a linear map of bits. Past ``dump_at`` the model prints the
+state the next context needs instead, and RESUME (contexts.py, README.md "Continuation").
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 import torchwright_fx as tw
 from examples.rv32i import trace
-from examples.rv32i.trace import ADDR, BYTE, EXIT, OUT, RECORD
+from examples.rv32i.trace import ADDR, BYTE, DUMP, EXIT, OUT, RECORD, RESUME
 
 MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bss, stack)
 HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
@@ -191,19 +192,34 @@ def _store(word: torch.Tensor, off: list[torch.Tensor], f3: list[torch.Tensor],
 # is matched by its bits, whatever the length), and a run allocates only the context it uses.
 # The recency lobe of the reads is certified up to 138,969 positions at d_head 32.
 MAX_SEQ_LEN = 138240
+# The most a dump can print: every cell of the window, the 32 registers and the OUT, EXIT and
+# RESUME cells, and the RESUME record (contexts.py)
+MAX_DUMP = RECORD * (MEM_WORDS + 32 + 3 + 1)
 
 
-def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
+def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: Any
+         ) -> tw.Compiled:
+    """The interpreter for contexts of ``max_seq_len`` tokens that dump their state at the
+    first record end at or past position ``dump_at`` (a multiple of 8; default: room for the
+    largest dump, ``MAX_DUMP``, before ``max_seq_len``)."""
+    if dump_at is None:
+        dump_at = (max_seq_len - MAX_DUMP - 2 * RECORD) // RECORD * RECORD
+    if dump_at <= 0 or dump_at % RECORD:
+        raise ValueError(f"dump_at must be a positive multiple of {RECORD}, not {dump_at}: "
+                         f"max_seq_len {max_seq_len} leaves no room for a dump")
     byte0 = VOCAB[BYTE[0]]
     addr0 = VOCAB[ADDR[0]]
+    dump0 = VOCAB[DUMP[0]]
 
     def rv32i_subset(x: torch.Tensor) -> torch.Tensor:
         # -- the tokens (free: embedding columns) ------------------------------------------
-        start = tw.is_token(x, [ADDR[h] for h in HI])  # slot 0 of a record
+        a_hi = [(j, h, t) for j, h in enumerate(HI) for t in (ADDR[h], DUMP[h])]
+        start = tw.is_token(x, [t for _, _, t in a_hi])  # slot 0 of a record
         # A_hi: 0 (registers, ports) or 0x40 + j (memory words 256 j ...): the cell's page
-        hi = tw.lookup(x, {ADDR[h]: j for j, h in enumerate(HI)})
-        page = [tw.lookup(x, {ADDR[h]: (j - 1 if j else REGISTER_PAGE) >> i & 1
-                              for j, h in enumerate(HI)}) for i in range(4)]
+        hi = tw.lookup(x, {t: j for j, _, t in a_hi})
+        page = [tw.lookup(x, {t: (j - 1 if j else REGISTER_PAGE) >> i & 1 for j, _, t in a_hi})
+                for i in range(4)]
+        dumped = tw.is_token(x, [DUMP[h] for h in HI])  # a record of a state dump
         byte = tw.lookup(x, {BYTE[b]: b for b in range(256)})
         bits = torch.cat([tw.lookup(x, {BYTE[b]: b >> i & 1 for b in range(256)})
                           for i in range(8)], -1)
@@ -212,7 +228,7 @@ def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
         # layer 0: each position gathers the three tokens before it (three shift heads);
         # layer 1: one head brings the bundle from four back, so a record's end holds all
         # seven tokens before it (four heads in all where seven shifts needed seven a layer)
-        meta = torch.cat([start, hi, *page], -1)  # a record's first token: A_hi
+        meta = torch.cat([start, hi, *page, dumped], -1)  # a record's first token: A_hi
         s1, s2 = tw.shift(bits, 1), tw.shift(bits, 2)
         s3 = tw.shift(torch.cat([bits, meta], -1), 3)
         back = tw.shift(torch.cat([bits, s1, s2, s3[:, 8:]], -1), 4)  # tokens 4, 5, 6, 7 back
@@ -224,8 +240,11 @@ def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
         p_bits = s1  # P_hi (the page of word P), then P_lo: this token
         p = torch.clamp(256 * _num(p_bits, 0, 8) + byte, 0, MAX_P)  # (any value off triggers)
         key = torch.cat([at7[:, 2:6], low], -1)  # the address bits
-        exited = trigger * (cell == EXIT).float()
-        after_out = (cell == OUT).float()  # the record that ends here printed a byte
+        was_dump = at7[:, 6:7]  # the record that ends here is a dump's
+        ran = trigger * (1 - was_dump)  # ... an executed one (or the prompt's image)
+        exited = ran * (cell == EXIT).float()
+        after_out = ran * (cell == OUT).float()  # the record that ends here printed a byte
+        resumed = ran * (cell == RESUME).float()
 
         def read(address: torch.Tensor, width: int = 32) -> torch.Tensor:
             """The latest value of the cell at ``address`` (bits), its low ``width`` bits."""
@@ -233,7 +252,30 @@ def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
             return tw.select_latest(tw.select(key, address, "==") & ends, value[:, :width],
                                     default=0.0)
 
-        # -- fetch and decode ---------------------------------------------------------------
+        # -- the state dump (contexts.py): past dump_at, walk the first records back --------
+        ones = torch.ones_like(trigger)
+        # a record is first when no earlier record has its cell: each position after a record
+        # end holds that record's cell, so a record's own end never matches itself
+        after = tw.shift(torch.cat([key, trigger], -1), 1)
+        seen = tw.select_latest(tw.select(after[:, :12], key, "==")
+                                & tw.select(after[:, 12:13], ones, "=="), ones, default=0.0)
+        first = (trigger.bool() & (seen < 0.5).bool()).float()
+        first_ends = tw.select(first, ones, "==")
+        newest = tw.select_latest(first_ends, torch.cat([key, ones], -1), default=0.0)
+        link = tw.shift(newest, 1)  # the newest first record before this position
+        late = (tw.position(x) >= dump_at).bool()
+        begin = late & ran.bool() & ~after_out.bool() & ~resumed.bool()  # (a write finishes)
+        dumping = begin | was_dump.bool()
+        # the cell to print: the newest first record's (begin), else the one whose first
+        # record the last dump record's cell links to
+        back_link = tw.select_latest(tw.select(key, key, "==") & first_ends, link,
+                                     default=0.0)
+        next_cell = _when(begin, newest, back_link)
+        more = dumping & (next_cell[:, 12:13] > 0.5).bool()  # else every cell is out: RESUME
+        dump_cell = (next_cell[:, :12] > 0.5).float()  # (moved twice: snapped onto 0/1)
+        dump_value = read(dump_cell)
+        execute = ~dumping
+
         ins = read(_address([p_bits[:, i:i + 1] for i in range(4)],
                             [bits[:, i:i + 1] for i in range(8)]))
         op, f3 = _num(ins, 0, 7), _num(ins, 12, 15)
@@ -332,22 +374,41 @@ def make(max_seq_len: int = MAX_SEQ_LEN, **options: Any) -> tw.Compiled:
                + _when(is_jalr, word_index - p_next, zero) - write_byte)
         nxt = torch.clamp(nxt, 0, MAX_P)  # (any value off the trigger positions)
 
-        # -- the record ---------------------------------------------------------------------
+        # -- the record: every slot a sum of exclusive cases (each a where(flag, v, 0), so
+        # that a late value passes one sublayer, not a chain of them) ----------------------
         writes = (alu + upper + is_jal + is_jalr + is_load) * (rd > 0).float()
-        target_lo = _when(is_exit, float(EXIT), _when(write_byte, float(OUT), _when(
-            write_done, 10.0, _when(is_store, _num(torch.cat(addr[2:10], -1), 0, 8),
-                                    writes * rd))))
-        target_hi = _when(is_store, 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero)
+        case = {name: (execute & flag.bool()).float() for name, flag in (
+            ("exit", is_exit), ("byte", write_byte), ("done", write_done), ("store", is_store),
+            ("writes", writes))}
+        resume = (dumping & ~more).float()
+        dumped = more.float()
+        target_lo = _any(_when(case["exit"], float(EXIT), zero),
+                         _when(case["byte"], float(OUT), zero),
+                         _when(case["done"], 10.0, zero),
+                         _when(case["store"], _num(torch.cat(addr[2:10], -1), 0, 8), zero),
+                         _when(case["writes"], rd, zero),
+                         _when(dumped, _num(dump_cell, 4, 12), zero),
+                         _when(resume, float(RESUME), zero))
+        # A_hi: its index in HI (0 registers and ports, 1 + page memory), + 16 for a dump's
+        registers = tw.equals(dump_cell[:, 0:4], [1.0] * 4)  # page 15
+        target_hi = _any(_when(case["store"], 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero),
+                         _when(dumped, _num(dump_cell, 0, 4) + 1 - 16 * registers
+                               + float(dump0 - addr0), zero))
         vbytes = []
         for k in range(4):
-            v = _when(is_exit, _num(a0, 0, 8) if k == 0 else zero, _when(
-                write_byte, out_bytes[k], _when(write_done, _bytes(a2)[k], _when(
-                    is_store, stored[k], _when(writes, result[k], zero)))))
+            v = _any(_when(case["exit"], _num(a0, 0, 8) if k == 0 else zero, zero),
+                     _when(case["byte"], out_bytes[k], zero),
+                     _when(case["done"], _bytes(a2)[k], zero),
+                     _when(case["store"], stored[k], zero),
+                     _when(case["writes"], result[k], zero),
+                     _when(dumped, _bytes(dump_value)[k], zero))
             vbytes.append(tw.claim(v, 0, 255, integral=True))
+        nxt = _when(dumping, p, nxt)  # a dump's records keep the pc to resume at
         nxt_hi = torch.floor(nxt / 256)
         codes = [addr0 + target_hi, byte0 + target_lo,
                  *[byte0 + v for v in vbytes], byte0 + nxt_hi, byte0 + nxt - 256 * nxt_hi]
-        fire = (trigger.bool() & ~exited.bool()).float()
+        stop = exited.bool() | (resumed.bool() & late)
+        fire = (trigger.bool() & ~stop).float()
         held = tw.latch(torch.cat(codes, -1), fire)
         return tw.emit(fire, [held[:, k:k + 1] for k in range(RECORD)])
 

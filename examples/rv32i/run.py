@@ -4,11 +4,16 @@ The prompt is the program's memory image (``trace.prompt``); the model's greedy 
 back into records, whose OUT bytes are what the program wrote and whose EXIT is its status.
 Backends: ``runtime`` (the in-process runtime of the compiled weights, built in this process)
 and ``hf`` (transformers on the saved Phi-3 directory, cached under ``build/rv32i``).
-``verify``: the reference proposes the records and the model confirms them in one
-teacher-forced pass (its argmax at every position of the trace must be the trace's next token).
+``verify``: the reference proposes the records and the model confirms them teacher-forced,
+context by context (its argmax at every position of the trace must be the trace's next token).
+
+A run longer than one context goes through several (contexts.py): the model prints the state
+the next context needs and a RESUME record, and the host copies those tokens, unchanged, into
+the next prompt. The context length is chosen from the program's footprint (``context_for``)
+unless ``--max-seq-len`` is given; the dump position leaves room for the largest dump.
 
 Today the model is ``model.py``'s: a program outside it (a fault, the M extension, memory
-beyond its 15 KiB, a run longer than ``max_seq_len``) is refused before it runs, with the
+beyond its 15 KiB, a state too large for the context) is refused before it runs, with the
 reason (the reference runs it first, so a program that never exits needs
 ``--max-instructions``).
 """
@@ -23,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from examples.rv32i import elf, trace
+from examples.rv32i import contexts, elf, trace
 from examples.rv32i.reference import Fault, Machine, Step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,19 +42,59 @@ class Refused(ValueError):
     """The program is outside what the compiled interpreter offers."""
 
 
+# The contexts' length when none is given: about four times the state a dump prints (a dump
+# and the prompt it becomes take half, execution the rest), within these bounds
+MIN_CONTEXT, CONTEXT_STEP = 8192, 1024
+
+
 @dataclass
 class Prepared:
-    prompt: str
-    records: list[trace.Record]  # what the reference prints (for --verify, and the checks)
+    prompt: str  # the first context's
+    records: list[trace.Record]  # what the reference executes (for --verify, and the checks)
     exited: bool
+    max_seq_len: int  # the build's context
+    dump_at: int  # ... and its dump position
+    contexts: list[contexts.Context]  # the contexts the run goes through
 
 
-def prepare(path: str, max_instructions: int | None, max_seq_len: int) -> Prepared:
+def prepare(path: str, max_instructions: int | None, max_seq_len: int | None = None
+            ) -> Prepared:
     return prepare_image(elf.load(path), max_instructions, max_seq_len)
 
 
-def prepare_image(image: elf.Image, max_instructions: int | None, max_seq_len: int
-                  ) -> Prepared:
+def _state_tokens(prompt: list[trace.Record], recs: list[trace.Record]) -> int:
+    """The most a dump of this run prints: a record per cell it touches (its image's, the
+    registers it writes, OUT, RESUME), and the RESUME record."""
+    cells = {r.target for r in prompt} | {r.target for r in recs} | {trace.RESUME}
+    return trace.RECORD * (len(cells) + 1)
+
+
+def _longest_write(recs: list[trace.Record]) -> int:
+    """The most OUT records in a row (a dump waits for a write's bytes)."""
+    best = run = 0
+    for r in recs:
+        run = run + 1 if r.target == trace.OUT else 0
+        best = max(best, run)
+    return best
+
+
+def context_for(state: int) -> int:
+    """The context length for a run whose dumps take up to ``state`` tokens: four times that
+    (MIN_CONTEXT at least, the default context at most). Short contexts decode fastest (a
+    runtime reads the whole KV cache for every token), and a dump costs its state twice (printed,
+    then read as the next prompt): a context of 4 states spends half of it executing."""
+    want = max(MIN_CONTEXT, -(-4 * state // CONTEXT_STEP) * CONTEXT_STEP)
+    return min(_model().MAX_SEQ_LEN, want)
+
+
+def dump_position(max_seq_len: int, state: int, longest_write: int) -> int:
+    """The dump position that leaves room for the largest dump after the longest write."""
+    slack = trace.RECORD * (longest_write + 2)
+    return (max_seq_len - state - slack) // trace.RECORD * trace.RECORD
+
+
+def prepare_image(image: elf.Image, max_instructions: int | None,
+                  max_seq_len: int | None = None) -> Prepared:
     m = Machine(image)
     steps: list[Step] = []
     try:
@@ -66,11 +111,20 @@ def prepare_image(image: elf.Image, max_instructions: int | None, max_seq_len: i
     if any(w >= end for w in _nonzero_words(image)):
         raise Refused(f"the image has nonzero words beyond {end:#x}: {window}")
     recs = trace.records(steps)
-    length = 1 + len(text) + trace.RECORD * len(recs)
-    if length > max_seq_len:
-        raise Refused(f"the run takes {length} tokens, over the model's max_seq_len "
-                      f"{max_seq_len} (the continuation is not built yet)")
-    return Prepared(text, recs, exited)
+    first = trace.parse(text)
+    state = _state_tokens(first, recs)
+    chosen = max_seq_len or context_for(state)
+    dump_at = dump_position(chosen, state, _longest_write(recs))
+    need = trace.RECORD * (_longest_write(recs) + 2) + 2 * state + 1
+    if dump_at <= state:
+        raise Refused(f"the program's state takes up to {state} tokens a dump: max_seq_len "
+                      f"{chosen} leaves no room to run between dumps; give --max-seq-len "
+                      f"{need + 1024} or more")
+    try:
+        ctxs = contexts.schedule(first, recs, exited, dump_at, chosen)
+    except contexts.TooLong as e:
+        raise Refused(f"{e}; give a larger --max-seq-len") from None
+    return Prepared(text, recs, exited, chosen, dump_at, ctxs)
 
 
 def _nonzero_words(image: elf.Image) -> list[int]:
@@ -78,17 +132,19 @@ def _nonzero_words(image: elf.Image) -> list[int]:
     return [image.base + i for i in range(0, len(mem), 4) if any(mem[i:i + 4])]
 
 
-_PROGRAMS: dict[int, object] = {}
+_PROGRAMS: dict[tuple[int, int | None], object] = {}
 
 
-def program(max_seq_len: int | None = None):
-    """The compiled interpreter at ``max_seq_len`` (None: ``model.program``'s), built once."""
+def program(max_seq_len: int | None = None, dump_at: int | None = None):
+    """The compiled interpreter for ``max_seq_len`` and ``dump_at`` (None: ``model.program``'s,
+    and make's default dump position), built once."""
     model = _model()
-    if max_seq_len is None or max_seq_len == model.program.options.max_seq_len:
+    if max_seq_len is None or (max_seq_len == model.program.options.max_seq_len
+                               and dump_at is None):
         return model.program
-    if max_seq_len not in _PROGRAMS:
-        _PROGRAMS[max_seq_len] = model.make(max_seq_len=max_seq_len)
-    return _PROGRAMS[max_seq_len]
+    if (max_seq_len, dump_at) not in _PROGRAMS:
+        _PROGRAMS[max_seq_len, dump_at] = model.make(max_seq_len=max_seq_len, dump_at=dump_at)
+    return _PROGRAMS[max_seq_len, dump_at]
 
 
 def _model():
@@ -96,20 +152,21 @@ def _model():
     return model
 
 
-def load(backend: str, max_seq_len: int | None = None):
+def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = None):
     """The backend's model, built (or loaded from the cache) before any timing."""
-    compiled = program(max_seq_len)
+    compiled = program(max_seq_len, dump_at)
     if backend == "runtime":
         return compiled.compile()
     if backend == "hf":
         import torch
         from transformers import AutoModelForCausalLM
-        return AutoModelForCausalLM.from_pretrained(str(_saved(compiled)), dtype=torch.float32)
+        return AutoModelForCausalLM.from_pretrained(str(_saved(compiled, dump_at)),
+                                                    dtype=torch.float32)
     if backend == "llama":
         if not LLAMA_PY.exists():
             raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
                           f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
-        return _gguf(compiled)
+        return _gguf(compiled, dump_at)
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
@@ -152,10 +209,13 @@ def _digest() -> str:
     return h.hexdigest()[:12]
 
 
-def _gguf(compiled) -> Path:
+def _tag(compiled, dump_at: int | None) -> str:
+    return f"{_digest()}-{compiled.options.max_seq_len}-{dump_at or 'default'}"
+
+
+def _gguf(compiled, dump_at: int | None = None) -> Path:
     """The F32 GGUF of the current model.py at this length, written once (as ``_saved``)."""
-    digest = _digest()
-    out = CACHE / f"gguf-{digest}-{compiled.options.max_seq_len}.gguf"
+    out = CACHE / f"gguf-{_tag(compiled, dump_at)}.gguf"
     if not out.exists():
         print(f"rv32i: writing the GGUF {out}", file=sys.stderr)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -163,63 +223,85 @@ def _gguf(compiled) -> Path:
     return out
 
 
-def _saved(compiled) -> Path:
-    """The Phi-3 directory of the current model.py at this length, saved once (keyed by the
-    source, the compiler's and max_seq_len)."""
-    digest = _digest()
-    out = CACHE / f"hf-{digest}-{compiled.options.max_seq_len}"
+def _saved(compiled, dump_at: int | None = None) -> Path:
+    """The Phi-3 directory of the current model.py at this length and dump position, saved
+    once (keyed by the source, the compiler's, max_seq_len and dump_at)."""
+    out = CACHE / f"hf-{_tag(compiled, dump_at)}"
     if not (out / "config.json").exists():
         print(f"rv32i: building the checkpoint into {out}", file=sys.stderr)
         compiled.compile().save_pretrained(out)
     return out
 
 
-def verify(compiled, prepared: Prepared) -> int | None:
-    """The first trace position (0-based, in records) whose argmax is not the reference's next
-    token, or None when the model confirms the whole trace (teacher-forced, one pass)."""
+def verify(compiled, prepared: Prepared) -> tuple[int, int] | None:
+    """The first position whose argmax is not the reference's next token, as (context, record
+    within what it prints), or None when the model confirms every context's records
+    (teacher-forced, a pass per context)."""
     model = _model()
-    text = trace.text(prepared.records)
-    ids = model.VOCAB.encode(prepared.prompt + text)
-    if prepared.exited:
-        ids.append(model.VOCAB.eos_id)
-    logits = compiled.logits(ids[:-1])
-    start = 1 + len(prepared.prompt) - 1  # the position that predicts the first trace token
-    picked = logits[start:].argmax(-1).tolist()
-    for k, (got, want) in enumerate(zip(picked, ids[start + 1:], strict=True)):
-        if got != want:
-            return k // trace.RECORD
+    for n, ctx in enumerate(prepared.contexts):
+        prompt = trace.text(ctx.prompt)
+        ids = model.VOCAB.encode(prompt + trace.text(ctx.printed))
+        if ctx.stops:
+            ids.append(model.VOCAB.eos_id)
+        logits = compiled.logits(ids[:-1])
+        start = len(prompt)  # the position that predicts the first printed token (<bos> is 0)
+        picked = logits[start:].argmax(-1).tolist()
+        for k, (got, want) in enumerate(zip(picked, ids[start + 1:], strict=True)):
+            if got != want:
+                return n, k // trace.RECORD
     return None
+
+
+def decode(loaded, prepared: Prepared, backend: str) -> tuple[list[trace.Record], int]:
+    """Greedy decoding through as many contexts as the model asks for: where it ends a context
+    with a dump and RESUME, the dump's tokens become the next prompt. Each context decodes at
+    most what the reference's schedule says it prints, and one token more (<eos>). Returns the
+    executed records and how many tokens were printed (dumps included)."""
+    executed: list[trace.Record] = []
+    printed = 0
+    prompt = prepared.prompt
+    for ctx in prepared.contexts:
+        got = trace.parse(generate(loaded, prompt, backend, trace.RECORD * len(ctx.printed) + 1))
+        printed += trace.RECORD * len(got)
+        dump = next((i for i, r in enumerate(got) if r.dump), len(got))
+        executed += got[:dump]
+        last = got[-1] if got else None
+        if last is None or last.dump or last.target != trace.RESUME:
+            break
+        prompt = trace.text(got[dump:])  # the dump and RESUME, copied as they are
+    return executed, printed
 
 
 def main(path: str, backend: str, max_instructions: int | None, check: bool,
          max_seq_len: int | None = None) -> int:
-    chosen = max_seq_len
-    max_seq_len = program(chosen).options.max_seq_len
     try:
         prepared = prepare(path, max_instructions, max_seq_len)
     except (OSError, elf.ElfError, Refused) as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2
     try:
-        loaded = load("runtime" if check else backend, chosen)
+        loaded = load("runtime" if check else backend, prepared.max_seq_len, prepared.dump_at)
     except Refused as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2
+    n_ctx = len(prepared.contexts)
+    print(f"rv32i: {n_ctx} context{'s' if n_ctx > 1 else ''} of up to {prepared.max_seq_len} "
+          f"tokens (the state dumped from position {prepared.dump_at})", file=sys.stderr)
     start = time.perf_counter()
     if check:
         bad = verify(loaded, prepared)
         if bad is not None:
-            want = prepared.records[bad] if bad < len(prepared.records) else "<eos>"
-            print(f"rv32i: the model diverges from the reference at record {bad} "
+            ctx = prepared.contexts[bad[0]]
+            want = ctx.printed[bad[1]] if bad[1] < len(ctx.printed) else "<eos>"
+            print(f"rv32i: the model diverges from the reference in context {bad[0]} at its "
+                  f"record {bad[1]} "
                   f"({want.describe() if isinstance(want, trace.Record) else want})",
                   file=sys.stderr)
             return 3
         recs = prepared.records
     else:
-        # the reference's run (which fits max_seq_len), and one more token: <eos>
-        limit = trace.RECORD * len(prepared.records) + 1
         try:
-            recs = trace.parse(generate(loaded, prepared.prompt, backend, limit))
+            recs, tokens = decode(loaded, prepared, backend)
         except ValueError as e:
             print(f"rv32i: the model printed a malformed trace: {e}", file=sys.stderr)
             return 3
@@ -227,7 +309,8 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
     out, status = trace.output(recs)
     sys.stdout.buffer.write(out)
     sys.stdout.flush()
-    tokens = trace.RECORD * len(recs)
+    if check:
+        tokens = sum(trace.RECORD * len(c.printed) for c in prepared.contexts)
     how = "confirmed teacher-forced" if check else f"decoded by {backend}"
     print(f"rv32i: {len(recs)} records ({tokens} tokens) {how} in {seconds:.1f} s "
           f"({tokens / max(seconds, 1e-9):.0f} tok/s), exit status {status}", file=sys.stderr)

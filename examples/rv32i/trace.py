@@ -27,15 +27,18 @@ from examples.rv32i.elf import BASE, Image
 from examples.rv32i.reference import Machine, Step
 
 RECORD = 8
-OUT, EXIT = 32, 33
+OUT, EXIT, RESUME = 32, 33, 34
 MEM = 0x4000  # A of the word at BASE: registers and ports sit below it
 BYTE = [chr(0x100 + b) for b in range(256)]  # 'Ā' ...: the value of a byte token is b
 ADDR = [chr(0x300 + h) for h in range(128)]  # the A_hi tokens (15-bit targets)
+DUMP = [chr(0x380 + h) for h in range(128)]  # the A_hi tokens of a state dump's records
 
 
 def alphabet(addr_hi: Iterable[int] = range(128)) -> str:
-    """The characters of a vocabulary: every byte and the A_hi tokens ``addr_hi``."""
-    return "".join(BYTE) + "".join(ADDR[h] for h in addr_hi)
+    """The characters of a vocabulary: every byte, the A_hi tokens ``addr_hi`` and their dump
+    forms."""
+    hi = list(addr_hi)
+    return "".join(BYTE) + "".join(ADDR[h] for h in hi) + "".join(DUMP[h] for h in hi)
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,12 @@ class Record:
     target: int  # A
     value: int  # V (unsigned 32-bit)
     next_index: int  # P
+    dump: bool = False  # a record of a state dump (its A_hi from DUMP): the cell's value
 
     def text(self) -> str:
         a, v, p = self.target, self.value, self.next_index
-        return (ADDR[a >> 8] + BYTE[a & 255] + "".join(BYTE[v >> (8 * k) & 255] for k in range(4))
+        return ((DUMP if self.dump else ADDR)[a >> 8] + BYTE[a & 255]
+                + "".join(BYTE[v >> (8 * k) & 255] for k in range(4))
                 + BYTE[p >> 8] + BYTE[p & 255])
 
     @property
@@ -56,8 +61,9 @@ class Record:
     def describe(self) -> str:
         a = self.target
         what = ("-" if a == 0 else f"x{a}" if a < 32 else "out" if a == OUT else "exit"
-                if a == EXIT else f"mem[{BASE + 4 * (a - MEM):#x}]" if a >= MEM else f"?{a}")
-        return f"{what}={self.value:#x} pc={self.pc:#x}"
+                if a == EXIT else "resume" if a == RESUME else
+                f"mem[{BASE + 4 * (a - MEM):#x}]" if a >= MEM else f"?{a}")
+        return f"{'dump ' if self.dump else ''}{what}={self.value:#x} pc={self.pc:#x}"
 
 
 def index(pc: int) -> int:
@@ -112,11 +118,12 @@ def parse(generated: str) -> list[Record]:
     recs = []
     for k in range(0, len(generated), RECORD):
         t = generated[k:k + RECORD]
-        if t[0] not in ADDR or any(c not in BYTE for c in t[1:]):
+        if (t[0] not in ADDR and t[0] not in DUMP) or any(c not in BYTE for c in t[1:]):
             raise ValueError(f"record {k // RECORD} is malformed: {t!r}")
         b = [ord(c) - 0x100 for c in t[1:]]
-        recs.append(Record((ord(t[0]) - 0x300) << 8 | b[0],
-                           b[1] | b[2] << 8 | b[3] << 16 | b[4] << 24, b[5] << 8 | b[6]))
+        dump = t[0] in DUMP
+        recs.append(Record((ord(t[0]) - (0x380 if dump else 0x300)) << 8 | b[0],
+                           b[1] | b[2] << 8 | b[3] << 16 | b[4] << 24, b[5] << 8 | b[6], dump))
     return recs
 
 
@@ -124,6 +131,8 @@ def output(recs: Iterable[Record]) -> tuple[bytes, int | None]:
     """What the program wrote on stdout and its exit status (None: it did not exit)."""
     out, status = bytearray(), None
     for r in recs:
+        if r.dump:  # a state dump repeats the last OUT record: nothing new was written
+            continue
         if r.target == OUT:
             out.append(r.value & 255)
         elif r.target == EXIT:

@@ -208,6 +208,11 @@ NOISE_TOLERANCE = Fraction(1, 8)
 # A 0/1 value steering a gate (torch.where, emit, latch/mean validity) may carry at most this
 # noise; a SwiGLU select then errs by at most 2 * noise * |value|, which is added to its noise.
 GATE_NOISE = 2.0 ** -20
+# A torch.where whose condition is noisier than GATE_NOISE, where that noise times the values it
+# selects (2 * noise * |value|) would add more than this to its output, snaps the condition onto
+# 0/1 first (one MLP sublayer), as any gate does: a flag moved by a head (noise ~1e-3) steering
+# a pc-sized value (thousands) would otherwise leave it too noisy to step or print.
+WHERE_SNAP_NOISE = 2.0 ** -6
 # A SwiGLU product SiLU(a)*b + SiLU(-a)*(-b): each SiLU is a*sigmoid(a) with the sigmoid within
 # 2 ulps, two products and one sum rounded: at most 8 ulps of |a*b| in all.
 PRODUCT_NOISE = 2.0 ** -21

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from torchwright_fx.analysis.facts import FactsCtx, NodeFacts, as_facts
-from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS
+from torchwright_fx.base.numerics import FP32_EXACT_INTEGERS, GATE_NOISE, WHERE_SNAP_NOISE
 from torchwright_fx.capture.registry import Rule, facts, lowering
 from torchwright_fx.families import wide
 from torchwright_fx.families.linear import add_streams, last_dim_facts
@@ -25,6 +25,7 @@ from torchwright_fx.ir.ranges import (
 from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.rules import (
     Columns,
+    exact_within,
     last_dim_only,
     on_exact_inputs,
     pwl_stream,
@@ -259,9 +260,12 @@ lowering(torch.any, methods=("any",))(_reduce_logic("or"))
 def _where(ctx: LowerCtx, cond: Any, a: Any, b: Any) -> Stream:
     w = ctx.out_width
     (c,) = _bools(ctx, cond)
-    c = c.broadcast(w)
     x, y = streams_of(ctx, a, b)
     both = x.ranges[0].hull(y.ranges[0])
+    if any(cr.noise > GATE_NOISE and 2.0 * r.hull(s).magnitude * cr.noise > WHERE_SNAP_NOISE
+           for cr, r, s in zip(c.broadcast(w).ranges, x.ranges, y.ranges, strict=True)):
+        c = exact_within(ctx, c, GATE_NOISE)  # (numerics.WHERE_SNAP_NOISE)
+    c = c.broadcast(w)
     if w == 1 and wide.is_wide(ctx, x.cols[0], both):
         # a whole number half cannot hold in one column: its terms, selected group by group
         split = wide.select(ctx, c.cols[0], c.ranges[0], x.cols[0], y.cols[0], both)

@@ -60,9 +60,15 @@ def test_a_state_too_large_is_refused_with_a_length_that_runs():
 
 @pytest.fixture(scope="module")
 def small():
-    """The interpreter built for contexts of 1024 tokens that dump from position 512."""
+    """The interpreter built for contexts of 1024 tokens that dump from position 512, run on
+    one thread (decoding is many small steps)."""
+    import torch
+
     from examples.rv32i import model
-    return model.make(max_seq_len=1024, dump_at=512).compile()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield model.make(max_seq_len=1024, dump_at=512).compile()
+    torch.set_num_threads(before)
 
 
 def _confirm(compiled, ctxs: list[contexts.Context]) -> None:
@@ -95,3 +101,24 @@ def test_the_model_prints_every_context_of_a_writer(small):
     assert any(t > 512 for t in starts)  # a dump that waited for a write
     _confirm(small, ctxs)
     assert trace.output(recs) == (b"ab\n" * 25, 0)
+
+
+def test_a_long_write_that_fits_one_context_runs_in_one():
+    n = 900  # bytes in one write: its OUT records alone outgrow four times the state
+    words = [*asm.li("a1", DATA), *asm.li("a2", n), asm.addi("a0", 0, 1),
+             asm.addi("a7", 0, 64), asm.ECALL, *asm.exit_with(0)]
+    p = run.prepare_image(asm.image(words, {DATA: b"x" * n}), None)
+    assert len(p.contexts) == 1 and p.contexts[0].tokens <= p.max_seq_len
+
+
+def test_greedy_decoding_follows_the_dumps_and_stops_at_an_instruction_limit(small):
+    """run.decode through the in-process runtime: every context's dump becomes the next
+    prompt; a run cut by --max-instructions decodes exactly the records it asks for."""
+    for limit in (None, 60):
+        prompt, recs = trace.run(asm.image(LOOP), limit)
+        exited = limit is None
+        ctxs = contexts.schedule(trace.parse(prompt), recs, exited, 512, 1024)
+        prepared = run.Prepared(prompt, recs, exited, 1024, 512, ctxs)
+        got, printed, wrong = run.decode(small, prepared, "runtime")
+        assert (got, wrong) == (recs, None)
+        assert printed == sum(RECORD * len(c.printed) for c in ctxs)

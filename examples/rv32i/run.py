@@ -78,12 +78,14 @@ def _longest_write(recs: list[trace.Record]) -> int:
     return best
 
 
-def context_for(state: int) -> int:
+def context_for(state: int, longest_write: int) -> int:
     """The context length for a run whose dumps take up to ``state`` tokens: four times that
-    (MIN_CONTEXT at least, the default context at most). Short contexts decode fastest (a
-    runtime reads the whole KV cache for every token), and a dump costs its state twice (printed,
-    then read as the next prompt): a context of 4 states spends half of it executing."""
-    want = max(MIN_CONTEXT, -(-4 * state // CONTEXT_STEP) * CONTEXT_STEP)
+    (MIN_CONTEXT at least, the default context at most), and room for the longest write a dump
+    waits for. Short contexts decode fastest (a runtime reads the whole KV cache for every
+    token), and a dump costs its state twice (printed, then read as the next prompt): a context
+    of 4 states spends half of it executing."""
+    want = 4 * state + trace.RECORD * (longest_write + 2)
+    want = max(MIN_CONTEXT, -(-want // CONTEXT_STEP) * CONTEXT_STEP)
     return min(_model().MAX_SEQ_LEN, want)
 
 
@@ -112,10 +114,14 @@ def prepare_image(image: elf.Image, max_instructions: int | None,
         raise Refused(f"the image has nonzero words beyond {end:#x}: {window}")
     recs = trace.records(steps)
     first = trace.parse(text)
-    state = _state_tokens(first, recs)
-    chosen = max_seq_len or context_for(state)
-    dump_at = dump_position(chosen, state, _longest_write(recs))
-    need = trace.RECORD * (_longest_write(recs) + 2) + 2 * state + 1
+    state, longest = _state_tokens(first, recs), _longest_write(recs)
+    whole = 1 + len(text) + trace.RECORD * len(recs) + 1  # the run in one context
+    chosen = max_seq_len or (MIN_CONTEXT if whole <= MIN_CONTEXT
+                             else context_for(state, longest))
+    dump_at = dump_position(chosen, state, longest)
+    if whole <= chosen:  # no dump: the run ends before the dump position
+        dump_at = max(dump_at, chosen // trace.RECORD * trace.RECORD)
+    need = trace.RECORD * (longest + 2) + 2 * state + 1
     if dump_at <= state:
         raise Refused(f"the program's state takes up to {state} tokens a dump: max_seq_len "
                       f"{chosen} leaves no room to run between dumps; give --max-seq-len "
@@ -139,9 +145,9 @@ def program(max_seq_len: int | None = None, dump_at: int | None = None):
     """The compiled interpreter for ``max_seq_len`` and ``dump_at`` (None: ``model.program``'s,
     and make's default dump position), built once."""
     model = _model()
-    if max_seq_len is None or (max_seq_len == model.program.options.max_seq_len
-                               and dump_at is None):
+    if dump_at is None and max_seq_len in (None, model.program.options.max_seq_len):
         return model.program
+    max_seq_len = max_seq_len or model.program.options.max_seq_len
     if (max_seq_len, dump_at) not in _PROGRAMS:
         _PROGRAMS[max_seq_len, dump_at] = model.make(max_seq_len=max_seq_len, dump_at=dump_at)
     return _PROGRAMS[max_seq_len, dump_at]
@@ -252,24 +258,31 @@ def verify(compiled, prepared: Prepared) -> tuple[int, int] | None:
     return None
 
 
-def decode(loaded, prepared: Prepared, backend: str) -> tuple[list[trace.Record], int]:
+def decode(loaded, prepared: Prepared, backend: str
+           ) -> tuple[list[trace.Record], int, str | None]:
     """Greedy decoding through as many contexts as the model asks for: where it ends a context
     with a dump and RESUME, the dump's tokens become the next prompt. Each context decodes at
-    most what the reference's schedule says it prints, and one token more (<eos>). Returns the
-    executed records and how many tokens were printed (dumps included)."""
+    most what the reference's schedule says it prints (and <eos> after EXIT or RESUME).
+    Returns the executed records, how many tokens were printed (dumps included), and what went
+    wrong where the model ended a context the schedule continues (None otherwise)."""
     executed: list[trace.Record] = []
     printed = 0
     prompt = prepared.prompt
-    for ctx in prepared.contexts:
-        got = trace.parse(generate(loaded, prompt, backend, trace.RECORD * len(ctx.printed) + 1))
+    for n, ctx in enumerate(prepared.contexts):
+        limit = trace.RECORD * len(ctx.printed) + int(ctx.stops)
+        got = trace.parse(generate(loaded, prompt, backend, limit))
         printed += trace.RECORD * len(got)
         dump = next((i for i, r in enumerate(got) if r.dump), len(got))
         executed += got[:dump]
         last = got[-1] if got else None
-        if last is None or last.dump or last.target != trace.RESUME:
-            break
-        prompt = trace.text(got[dump:])  # the dump and RESUME, copied as they are
-    return executed, printed
+        if last is not None and not last.dump and last.target == trace.RESUME:
+            prompt = trace.text(got[dump:])  # the dump and RESUME, copied as they are
+            continue
+        if n + 1 < len(prepared.contexts):
+            return executed, printed, (f"context {n} ended after {len(got)} records without "
+                                       f"a dump and RESUME, where the reference continues")
+        break
+    return executed, printed, None
 
 
 def main(path: str, backend: str, max_instructions: int | None, check: bool,
@@ -301,9 +314,12 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
         recs = prepared.records
     else:
         try:
-            recs, tokens = decode(loaded, prepared, backend)
+            recs, tokens, wrong = decode(loaded, prepared, backend)
         except ValueError as e:
             print(f"rv32i: the model printed a malformed trace: {e}", file=sys.stderr)
+            return 3
+        if wrong is not None:
+            print(f"rv32i: the model diverges from the reference: {wrong}", file=sys.stderr)
             return 3
     seconds = time.perf_counter() - start
     out, status = trace.output(recs)

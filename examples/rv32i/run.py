@@ -119,8 +119,9 @@ def prepare_image(image: elf.Image, max_instructions: int | None,
     chosen = max_seq_len or (MIN_CONTEXT if whole <= MIN_CONTEXT
                              else context_for(state, longest))
     dump_at = dump_position(chosen, state, longest)
-    if whole <= chosen:  # no dump: the run ends before the dump position
-        dump_at = max(dump_at, chosen // trace.RECORD * trace.RECORD)
+    if whole <= chosen:  # no dump: the run ends before the dump position (kept a live
+        # comparison, so that every such build has the same shape)
+        dump_at = max(dump_at, (chosen // trace.RECORD - 1) * trace.RECORD)
     need = trace.RECORD * (longest + 2) + 2 * state + 1
     if dump_at <= state:
         raise Refused(f"the program's state takes up to {state} tokens a dump: max_seq_len "
@@ -255,7 +256,13 @@ def verify(compiled, prepared: Prepared) -> tuple[int, int] | None:
         for k, (got, want) in enumerate(zip(picked, ids[start + 1:], strict=True)):
             if got != want:
                 return n, k // trace.RECORD
+        _progress(n, len(prepared.contexts), "confirmed")
     return None
+
+
+def _progress(n: int, total: int, what: str) -> None:
+    if total > 1:
+        print(f"rv32i: context {n + 1}/{total} {what}", file=sys.stderr, flush=True)
 
 
 def decode(loaded, prepared: Prepared, backend: str
@@ -272,6 +279,7 @@ def decode(loaded, prepared: Prepared, backend: str
         limit = trace.RECORD * len(ctx.printed) + int(ctx.stops)
         got = trace.parse(generate(loaded, prompt, backend, limit))
         printed += trace.RECORD * len(got)
+        _progress(n, len(prepared.contexts), "decoded")
         dump = next((i for i, r in enumerate(got) if r.dump), len(got))
         executed += got[:dump]
         last = got[-1] if got else None

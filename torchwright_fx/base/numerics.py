@@ -282,6 +282,11 @@ MEAN_VALIDITY = 2.0 * AMPLITUDE_HEADROOM * ATTENTION_MARGIN
 # Integer-valued streams are consumed by ramps placed a quarter unit from every integer
 # (numerics.INTEGER_RAMP_LO), so any error below that is harmless; we demand far less.
 POSITION_TOLERANCE = 0.05
+# A comparison of the position with a constant (ops/position_step.py) reads the position head's
+# fl(1/(i+1)) as the residual and RMSNorm leave it: each rounds once and the normalisation's
+# mean square is rounded too, so its step is replayed with y off by this many units of
+# roundoff (FP32_UNIT) either way, with a margin over those few roundings.
+POSITION_READ_ROUNDINGS = 16
 # One stage: the interpolant is at most this far above the count between knots; lowered by
 # half of it, within CHORD_ERROR / 2 of it plus fp32 rounding. Consumers add positions (a
 # gather's source, steps_since), so the decoder stays well inside the tolerance.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ from torchwright_fx.lower.rules import (
     value_set,
 )
 from torchwright_fx.lower.stream import Stream, const_vector, is_const, to_stream
-from torchwright_fx.ops import ffn
+from torchwright_fx.ops import ffn, position_step
 from torchwright_fx.ops.ffn import COMPARE_ADVICE, Grid, Pwl, Step
 from torchwright_fx.ops.ties import refuse_ties, refuse_unheld_constant
 
@@ -81,6 +82,10 @@ def _compare(ctx: LowerCtx, a: Any, b: Any, op: str) -> Stream:
 
     if w == 1 and wide.is_wide(ctx, x.cols[0], x.ranges[0]):
         out = _wide_compare(ctx, x.cols[0], ts[0], op)
+        if out is not None:
+            return out
+    if w == 1 and op in ("gt", "ge"):
+        out = _position_compare(ctx, x.cols[0], x.ranges[0], ts[0], op)
         if out is not None:
             return out
     if w == 1 and x.cols[0].terms.keys() & ctx.prog.shared.counted_means.keys():
@@ -157,6 +162,47 @@ def _wide_compare(ctx: LowerCtx, x: Lin, t: float, op: str) -> Stream | None:
     assert lo is not None and hi is not None
     eq = lo.cols[0] - hi.cols[0]
     return Stream([eq if op == "eq" else 1.0 - eq], [BOOL], True)
+
+
+def _position_compare(ctx: LowerCtx, x: Lin, rng: Interval, t: float, op: str
+                      ) -> Stream | None:
+    """[x > t] or [x >= t] for x = alpha * position + beta (alpha != 0) in fp32: a step on the
+    position head's output, with no position decoder (ops/position_step.py). None where x is
+    not such a form, where the reference may round it (then the generic steps judge its ties),
+    or where the step cannot be certified (the decoded position then decides)."""
+    shared = ctx.prog.shared
+    if ctx.prog.precision.half or rng.rounding != EXACT:
+        return None
+    for pos in (shared.position, shared.exact_position):
+        if pos is None or not pos.terms or x.terms.keys() != pos.terms.keys():
+            continue
+        sid = next(iter(pos.terms))
+        alpha = Fraction(x.terms[sid]) / Fraction(pos.terms[sid])
+        if alpha == 0 or any(Fraction(x.terms[k]) != alpha * Fraction(pos.terms[k])
+                             for k in pos.terms):
+            continue
+        # x op t as position op' s, in exact arithmetic (the reference computes x exactly)
+        s = (Fraction(t) - (Fraction(x.const) - alpha * Fraction(pos.const))) / alpha
+        if alpha > 0:  # i > s or i >= s: i >= c
+            c = math.floor(s) + 1 if op == "gt" else math.ceil(s)
+            below = False
+        else:  # i < s or i <= s: not i >= c
+            c = math.ceil(s) if op == "gt" else math.floor(s) + 1
+            below = True
+        n = ctx.geom.max_seq_len
+        if c <= 0 or c >= n:  # the same at every position
+            value = float((c <= 0) != below)
+            return Stream([Lin.constant(value)], [Interval.point(value).with_noise(0.0)],
+                          is_bool=True)
+        built = position_step.at_least(ctx.prog, ctx.geom, ctx.bos_indicator(), c,
+                                       ctx.name, ctx.source)
+        if built is None:
+            return None
+        col, rng = built
+        if below:
+            col = 1.0 - col
+        return Stream([col], [rng], is_bool=True)
+    return None
 
 
 def _compare_pwl(op: str, t: float, g: Grid | ffn.Fractions | None) -> Pwl:

@@ -48,3 +48,16 @@ def test_position_thresholds_through_transformers(tmp_path):
         got = model(ids).logits[0].argmax(-1).tolist()
     zero, one = vocab.encode("01", bos=False)
     assert got == [one if i >= 3000 else zero for i in range(4095)]
+
+
+def test_a_threshold_outside_the_context_is_a_constant():
+    vocab = tw.Vocab("01ab")
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        i = tw.position(x)
+        return tw.token("0") + (i >= 0).float() * (i < 10 ** 6).float() * (i > -3).float()
+
+    built = tw.compile(program, vocab=vocab, max_seq_len=64, progress=False).compile()
+    ids = vocab.encode("ab" * 31)
+    one = vocab.encode("1", bos=False)[0]
+    assert built.logits(ids).argmax(-1).tolist() == [one] * len(ids)

@@ -192,8 +192,7 @@ def _position_compare(ctx: LowerCtx, x: Lin, rng: Interval, t: float, op: str
         n = ctx.geom.max_seq_len
         if c <= 0 or c >= n:  # the same at every position
             value = float((c <= 0) != below)
-            return Stream([Lin.constant(value)], [Interval.point(value).with_noise(0.0)],
-                          is_bool=True)
+            return Stream([Lin.constant(value)], [Interval(value, value, True)], is_bool=True)
         built = position_step.at_least(ctx.prog, ctx.geom, ctx.bos_indicator(), c,
                                        ctx.name, ctx.source)
         if built is None:

@@ -122,7 +122,7 @@ def parse(generated: str) -> list[Record]:
             raise ValueError(f"record {k // RECORD} is malformed: {t!r}")
         b = [ord(c) - 0x100 for c in t[1:]]
         dump = t[0] in DUMP
-        recs.append(Record((ord(t[0]) - (0x380 if dump else 0x300)) << 8 | b[0],
+        recs.append(Record((ord(t[0]) - ord((DUMP if dump else ADDR)[0])) << 8 | b[0],
                            b[1] | b[2] << 8 | b[3] << 16 | b[4] << 24, b[5] << 8 | b[6], dump))
     return recs
 

@@ -141,14 +141,49 @@ def test_the_incremental_peak_is_the_plans_after_any_moves(seed):
 
 
 def test_cancels_move_within_their_windows_to_the_layer_with_room():
-    from torchwright_fx.schedule.columns import spread_cancels
+    from torchwright_fx.schedule.cancels import spread
 
     heads = [5, 2, 2]  # the program's heads per layer; d_head 2: two columns per cancel head
-    first = {1: 0, 2: 0, 3: 0, 4: 0, 5: 0}  # every cancel may run at layer 0 (stage 0)
-    latest = {1: 4, 2: 4, 3: 2, 4: 2, 5: 0}  # ... up to layer 2, 1, or only 0
-    placed = spread_cancels(heads, first, latest, 2)
+    lanes = [4, 4, 4]
+    # every cancel may run from stage 0; up to layer 2's attention, layer 1's, or only layer 0's
+    windows = {1: (0, 4), 2: (0, 4), 3: (0, 2), 4: (0, 2), 5: (0, 0)}
+    placed = spread(heads, lanes, windows, 2, None)  # heads only (as a half build would)
     per_layer = [sum(1 for s in placed.values() if s // 2 == layer) for layer in range(3)]
     busiest = max(h + -(-c // 2) for h, c in zip(heads, per_layer, strict=True))
-    assert busiest == 6  # signal 5 must stay at layer 0: 5 + 1; before, 5 + 3 = 8
-    assert all(first[s] <= placed[s] <= latest[s] and placed[s] % 2 == 0 for s in placed)
+    assert busiest == 6  # signal 5 must stay at layer 0: 5 + 1; all at layer 0: 5 + 3 = 8
+    assert all(windows[s][0] <= placed[s] <= windows[s][1] and placed[s] % 2 == 0
+               for s in placed)
     assert placed[5] == 0
+
+
+def test_cancels_take_spare_lanes_before_a_head():
+    """A lane costs 3 d a layer and a head 4 d_head d: where an MLP stage in a cancel's window
+    has spare lanes, the cancel is a lane there and no layer gains a head."""
+    from torchwright_fx.schedule.cancels import spread
+
+    heads, lanes = [2, 2, 2], [10, 3, 10]  # layer 1's MLP has 7 spare lanes
+    windows = {s: (1, 4) for s in range(1, 8)}  # stages 1..4: MLP stages 1 and 3
+    placed = spread(heads, lanes, windows, 8, 1)
+    assert sorted(placed.values()) == [3] * 7  # all in layer 1's MLP, heads stay at 2
+    windows[8] = (2, 2)  # an attention stage only: it must be a head
+    placed = spread(heads, lanes, windows, 8, 1)
+    assert placed[8] == 2 and _cancel_cost(heads, lanes, placed, 1) == 4 * 8 * 3 + 3 * 10
+    # sixteen more at stage 3 only: lanes (3 d each) are cheaper than two more heads (4 * 8 d
+    # each) even on the ReLU machine, where a cancel takes 2 lanes: 3 + 32 lanes in layer 1
+    more = {s: (3, 3) for s in range(20, 36)}
+    placed = spread(heads, lanes, {**windows, **more}, 8, 2)
+    assert all(placed[s] == 3 for s in more)
+    assert _cancel_cost(heads, lanes, placed, 2) == 4 * 8 * 3 + 3 * (3 + 2 * 16)
+    # ... and on the SwiGLU machine one lane each
+    placed = spread(heads, lanes, {**windows, **more}, 8, 1)
+    assert _cancel_cost(heads, lanes, placed, 1) == 4 * 8 * 3 + 3 * (3 + 16)
+
+
+def _cancel_cost(heads, lanes, placed, per_cancel):
+    heads_now = max(h + -(-sum(1 for st in placed.values() if st == 2 * i) // 8)
+                    for i, h in enumerate(heads))
+    lanes_now = max(n + per_cancel * sum(1 for st in placed.values() if st == 2 * i + 1)
+                    for i, n in enumerate(lanes))
+    return 4 * 8 * heads_now + 3 * lanes_now
+
+

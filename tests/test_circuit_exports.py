@@ -140,8 +140,11 @@ def test_components_schema_and_hooks_address_real_components(saved):
             assert c["kind"] == "lanes" and c["lanes"] == sorted(set(c["lanes"]))
             assert all(0 <= i < d_ff for i in c["lanes"]) and c["index"] == c["lanes"]
             assert c["hook"] == f"blocks.{c['layer']}.mlp.hook_post"
-            lanes = [m["lanes"] for m in circ.nodes[c["fx_node"]]["mlp"]
-                     if m["layer"] == c["layer"]]
+            if c["role"] == "cancel":  # cancel lanes: circuit.json lists them apart
+                lanes = [m["lanes"] for m in circ.cancel_lanes if m["layer"] == c["layer"]]
+            else:
+                lanes = [m["lanes"] for m in circ.nodes[c["fx_node"]]["mlp"]
+                         if m["layer"] == c["layer"]]
             assert sorted({i for ls in lanes for i in ls}) == c["lanes"]
         for hook in [c["hook"], c["hook_bridge"], *c["hooks"].values()]:
             m = re.match(r"^blocks\.(\d+)\.(attn|mlp)\.", hook)
@@ -172,7 +175,7 @@ def test_components_schema_and_hooks_address_real_components(saved):
 
 
 def test_score_circuit_perfect_empty_partial(saved):
-    program, directory, edges, _ = saved
+    program, directory, edges, comps = saved
     truth = [e for e in edges["granularities"]["qkv"]["edges"] if e["kind"] == "program"]
     names = [e["name"] for e in truth]
     perfect = tw.score_circuit(names, directory)
@@ -200,12 +203,14 @@ def test_score_circuit_perfect_empty_partial(saved):
     hooked = [f"blocks.{layer}.attn.hook_z[{h}]", *heads[1:],
               *(n for n in nodes if n.startswith("m"))]
     assert tw.score_circuit(hooked, edges)["nodes"]["f1"] == 1
-    scores = {n: 0.9 for n in nodes} | {"a0.h3": 0.001}  # a0.h3 is a cancel head: ignored
+    cancel = next(c["id"] for c in comps["components"]
+                  if c["kind"] == "head" and c["role"] == "cancel")
+    scores = {n: 0.9 for n in nodes} | {cancel: 0.001}  # a cancel head: ignored
     s = tw.score_circuit(scores, edges, threshold=0.5)
     assert s["nodes"]["f1"] == 1 and s["edges"] is None
-    s = tw.score_circuit({"a0.h3": 1.0, heads[0]: 1.0}, edges, threshold=0.5)
+    s = tw.score_circuit({cancel: 1.0, heads[0]: 1.0}, edges, threshold=0.5)
     assert s["nodes"]["precision"] == 1 and s["nodes"]["fp"] == 0  # bookkeeping is not penalised
-    counted = tw.score_circuit({"a0.h3": 1.0}, edges, threshold=0.5,
+    counted = tw.score_circuit({cancel: 1.0}, edges, threshold=0.5,
                                kinds=("program", "cancel", "reuse"), ignore=())
     assert counted["nodes"]["tp"] == 1
     # an EAP-IG / MIB graph JSON: in_graph flags, or scores with a threshold

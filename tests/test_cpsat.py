@@ -137,7 +137,9 @@ def test_fan_spreads_lanes_over_the_critical_path() -> None:
     assert plan.status == "optimal" and plan.n_layers == plan.proven_bound == 3
     got = cpsat.shape(prog, plan.stage)
     assert (got.heads, got.lanes) == (1, 12)
-    assert emitted_widths(prog, plan) == (3, 1, 12)
+    # the emitter's width recycles two columns behind two cancel lanes in the busiest layer:
+    # d 13 and 14 lanes cost fewer parameters (4,355) than d 16 and 12 lanes (5,072)
+    assert emitted_widths(prog, plan) == (3, 1, 14)
     assert (got.layers, got.proxy(D_HEAD)) == enumerate_best(prog, 3, None)
 
 

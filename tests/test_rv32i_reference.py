@@ -39,6 +39,22 @@ def _sort() -> tuple[bytes, int]:
     return (line + " ".join(map(str, sorted(vals))) + "\n").encode(), 0
 
 
+def _sort100() -> tuple[bytes, int]:
+    seed, vals = 2026, []
+    for _ in range(100):
+        seed = (seed * 1103515245 + 12345) & 0xFFFFFFFF
+        vals.append((seed >> 16 & 0x3FF) - 512)
+    vals.sort()
+    return "".join(f"{v}{chr(10) if i % 10 == 9 else ' '}" for i, v in enumerate(vals)).encode(), 0
+
+
+def _reverse() -> tuple[bytes, int]:
+    texts = ["Hello, world!", "RISC-V in a transformer", "racecar", "a", "",
+             "never odd or even", "0123456789"]
+    return ("".join(f"{t} -> {t[::-1]}\n" for t in texts).encode(),
+            sum(t == t[::-1] for t in texts))
+
+
 def _primes() -> tuple[bytes, int]:
     ps = [p for p in range(2, 1000) if all(p % d for d in range(2, math.isqrt(p) + 1))]
     text = "".join(f"{p}{' ' if (i + 1) % 10 else chr(10)}" for i, p in enumerate(ps))
@@ -67,6 +83,8 @@ EXPECTED = {
     "sum": (b"5050\n", 5050 & 255),
     "fib": _fib(),
     "sort": _sort(),
+    "sort100": _sort100(),
+    "reverse": _reverse(),
     "primes": _primes(),
     "collatz": _collatz(),
     "gcd": _gcd(),

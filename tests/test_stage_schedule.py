@@ -82,6 +82,15 @@ def held(prog: Program, plan: Plan) -> dict[int, tuple[int, int]]:
     return {s: (signal_stage(prog, plan, s), last[s] + last[s] % 2) for s in prog.live}
 
 
+def last_read(prog: Program, plan: Plan) -> dict[int, int]:
+    """live signal -> the last stage that reads it, recomputed from the producers' reads."""
+    last = {s: signal_stage(prog, plan, s) for s in prog.live}
+    for p in prog.producers.values():
+        for s in p.reads():
+            last[s] = max(last[s], plan.stage[p.id])
+    return last
+
+
 def assert_columns_sound(prog: Program, plan: Plan) -> None:
     reserved = {0, *range(1, 1 + pin_count(plan.d_model))}
     assert plan.const_col == 0
@@ -94,12 +103,11 @@ def assert_columns_sound(prog: Program, plan: Plan) -> None:
         if plan.columns[a] != plan.columns[b]:
             continue
         first, second = sorted((a, b), key=lambda s: spans[s][0])
-        # the earlier owner is zeroed by a cancel head at an attention stage after its last
-        # read and before the later owner is written
+        # the earlier owner is zeroed (by a cancel head or lanes) at or after its last read (a
+        # sublayer reads before it adds) and before the later owner is written
         cancel = plan.cancels.get(first)
         assert cancel is not None, (first, second)
-        assert cancel % 2 == 0
-        assert spans[first][1] <= cancel < spans[second][0], (first, second, cancel, spans)
+        assert last_read(prog, plan)[first] <= cancel < spans[second][0], (first, second, cancel)
         assert spans[first][1] < spans[second][0]
     for s in plan.cancels:  # a cancel only where the column is taken again
         assert sum(plan.columns[t] == plan.columns[s] for t in prog.live) >= 2

@@ -24,7 +24,7 @@ from typing import Any
 import torch.fx
 
 from torchwright_fx.base.errors import node_source, op_name
-from torchwright_fx.emit.placement import Placement
+from torchwright_fx.emit.placement import CANCEL, Placement
 from torchwright_fx.ir.graph import EMBED, Program
 from torchwright_fx.schedule.plan import MLP, Plan, layer_of, stage_parity
 
@@ -54,6 +54,8 @@ def _signal_entry(prog: Program, plan: Plan, sid: int) -> dict[str, Any]:
     cancel = plan.cancels.get(sid)
     return {"signal": sid, "column": plan.columns.get(sid), "written": written,
             "cancelled_at_layer": None if cancel is None else layer_of(cancel),
+            "cancelled_in": None if cancel is None else
+            ("mlp" if stage_parity(cancel) == MLP else "attention"),
             "range": [sig.range.lo, sig.range.hi], "integral": sig.range.integral,
             "hook": hook}
 
@@ -68,6 +70,8 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
             heads.setdefault(head.name, []).append(
                 _head_entry(i, h, d_head, placement.n_heads))
         for f in layer.ffns:
+            if f.name == CANCEL:
+                continue
             lanes.setdefault(f.name, []).append(
                 {"layer": i, "lanes": sorted(set(layer.lanes_of(f))),
                  "hooks": [f"blocks.{i}.mlp.hook_post"]})
@@ -118,6 +122,10 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
                for i, layer in enumerate(placement.layers)
                for h, head in enumerate(layer.heads)
                if h >= len(layer.heads) - layer.n_cancel]
+    cancel_lanes = [{"layer": i, "lanes": sorted(set(layer.lanes_of(f))),
+                     "columns": sorted(plan.columns[s] for s in f.outputs if s in plan.columns)}
+                    for i, layer in enumerate(placement.layers)
+                    for f in layer.ffns if f.name == CANCEL]
     return {"format": FORMAT, "program": name, "n_layers": len(placement.layers),
             "d_model": plan.d_model, "n_heads": placement.n_heads, "d_head": d_head,
             "d_ff": placement.d_ff, "constant_column": plan.const_col,
@@ -125,7 +133,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
             # any, is a second constant column (schedule/columns.py)
             "pin_columns": [] if prog.precision.half else list(plan.pin_cols),
             **({"second_constant_columns": list(plan.pin_cols)} if prog.precision.half else {}),
-            "nodes": nodes, "cancel_heads": cancels}
+            "nodes": nodes, "cancel_heads": cancels, "cancel_lanes": cancel_lanes}
 
 
 def write(directory: str | os.PathLike, data: dict[str, Any]) -> Path:
@@ -146,6 +154,7 @@ class Circuit:
     d_ff: int
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     cancel_heads: list[dict[str, Any]] = field(default_factory=list)
+    cancel_lanes: list[dict[str, Any]] = field(default_factory=list)
 
     def dependents(self, name: str) -> set[str]:
         """Every node that reads ``name``'s signals, directly or through others."""
@@ -172,5 +181,5 @@ def load(directory: str | os.PathLike) -> Circuit:
                          f"{data.get('format')!r}, expected {FORMAT!r})")
     return Circuit(data["program"], data["n_layers"], data["d_model"], data["n_heads"],
                    data["d_head"], data["d_ff"], {n["name"]: n for n in data["nodes"]},
-                   data["cancel_heads"])
+                   data["cancel_heads"], data.get("cancel_lanes", []))
 

@@ -10,13 +10,14 @@ or V), MLP lanes (through gate or up) and the unembedding. Node names follow EAP
 L's ``mlp.hook_post``, i.e. a column of ``down_proj``).
 
 Edge kinds: ``program`` (a value the program computes, from its writer to its reader),
-``cancel`` (a column's value read by the cancel head that zeroes it after its last read),
-``reuse`` (a column written again after a cancel: every earlier writer of the column, and the
-cancel head, feed the new value's readers in the residual decomposition, and these
-contributions sum to exactly zero) and ``end`` (the end-of-context flag, ops/end.py: one head
-and a ramp that make the model print ``<eos>`` at its last certified position; it is 0, and
-changes nothing, at every earlier position). ``score_circuit`` counts ``program`` edges as the
-truth by default and neither rewards nor penalises the bookkeeping kinds.
+``cancel`` (a column's value read by the cancel head or cancel lanes that zero it after its
+last read), ``reuse`` (a column written again after a cancel: every earlier writer of the
+column, and the cancel head or lanes, feed the new value's readers in the residual
+decomposition, and these contributions sum to exactly zero) and ``end`` (the end-of-context
+flag, ops/end.py: one head and a ramp that make the model print ``<eos>`` at its last certified
+position; it is 0, and changes nothing, at every earlier position). ``score_circuit`` counts
+``program`` edges as the truth by default and neither rewards nor penalises the bookkeeping
+kinds.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ ROLES: dict[str, str] = {
     "compare": "comparisons and boolean logic (==, <, >=, torch.where, all, any, ...)",
     "arithmetic": "other MLP arithmetic (*, //, %, floor, abs, min, max, digits_to_number, ...)",
     "output": "the output's final choice of token (tw.emit)",
-    "cancel": "bookkeeping: a head that zeroes finished columns so they can be reused",
+    "cancel": "bookkeeping: a head or MLP lanes that zero finished columns so they can be "
+              "reused",
     "end": "bookkeeping: the flag that makes the model print <eos> at its last certified "
            "position ('.end_of_context')",
     "other": "an op outside the cases above",
@@ -164,7 +166,7 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
     cols = plan.columns
     writers: dict[int, list[str]] = {}
     readers: dict[int, list[tuple[str, str | None]]] = {}
-    cancel_of: dict[int, str] = {}  # signal -> the cancel head that zeroes it
+    cancel_of: dict[int, list[str]] = {}  # signal -> the cancel head or lanes that zero it
     heads, ffns, first_cancel = [], [], {}
     end_units: set[str] = set()  # the units of the end-of-context flag (ops/end.py)
 
@@ -191,7 +193,7 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
             for s in head.outputs:
                 if s in cols:
                     if h >= first:
-                        cancel_of[s] = unit
+                        cancel_of.setdefault(s, []).append(unit)
                     else:
                         writers.setdefault(s, []).append(unit)
         for lane, idx in sorted(layer.lane_index.items(), key=lambda kv: kv[1]):
@@ -202,7 +204,9 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
             if END in f.name:
                 end_units.update(f"m{i}.n{j}" for j in local)
             for s, weights in f.outputs.items():
-                if s in cols:
+                if s in cols and f.name == CANCEL:
+                    cancel_of.setdefault(s, []).extend(f"m{i}.n{local[j]}" for j in weights)
+                elif s in cols:
                     writers.setdefault(s, []).extend(
                         f"m{i}.n{local[j]}" for j, w in sorted(weights.items()) if w != 0.0)
     read([prog.output], LOGITS, None)
@@ -214,8 +218,8 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
     for s in sorted(cols):
         w = sorted(set(writers.get(s, [])), key=_unit_order)
         r = readers.get(s, [])
-        cancel = cancel_of.get(s)
-        prog_readers = [x for x in r if x[0] != cancel]
+        cancel = cancel_of.get(s, [])
+        prog_readers = [x for x in r if x[0] not in cancel]
         # what the end-of-context flag reads (a shared position head, <bos>) and writes
         ends = [x for x in prog_readers if x[0] in end_units or END in _owner(prog, s)]
         others = [x for x in prog_readers if x not in ends]
@@ -223,9 +227,9 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
             flows.append(Flow("program", s, cols[s], _owner(prog, s), w, others))
         if ends:
             flows.append(Flow("end", s, cols[s], _owner(prog, s), w, ends))
-        if cancel is not None:
+        if cancel:
             flows.append(Flow("cancel", s, cols[s], _owner(prog, s), w,
-                              [x for x in r if x[0] == cancel]))
+                              [x for x in r if x[0] in cancel]))
     # column reuse: every earlier occupant's writers and cancel head feed a later one's readers
     by_column: dict[int, list[int]] = {}
     for s in cols:
@@ -238,8 +242,7 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
                 flows.append(Flow("reuse", s, col, _owner(prog, s),
                                   sorted(set(before), key=_unit_order), readers[s]))
             before += writers.get(s, [])
-            if s in cancel_of:
-                before.append(cancel_of[s])
+            before += cancel_of.get(s, [])
     return Truth(flows, heads, ffns, first_cancel)
 
 
@@ -320,8 +323,10 @@ def edges(prog: Program, plan: Plan, placement: Placement, d_head: int, name: st
     t = t or truth(prog, plan, placement)
     return {"format": EDGES_FORMAT, "program": name, "model": _model(placement, plan, d_head),
             "kinds": {"program": "a value of the program, from its writer to its reader",
-                      "cancel": "a finished value, to the cancel head that zeroes its column",
-                      "reuse": "a reused column: earlier writers and cancel heads to the new "
+                      "cancel": "a finished value, to the cancel head or lanes that zero its "
+                                "column",
+                      "reuse": "a reused column: earlier writers and cancel heads or lanes "
+                               "to the new "
                                "value's readers (their contributions sum to zero)",
                       "end": "the end-of-context flag (prints <eos> at the last certified "
                              "position; 0 at every earlier one)"},
@@ -423,6 +428,13 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
         comp["writes"] = [dict(x) for x in {(w["signal"], w["column"], w["fx"]): w
                                             for w in comp["writes"]}.values()]
         comp["note"] = _note(comp)
+        if node == CANCEL:  # cancel lanes (schedule/cancels.py), as a cancel head's entry
+            zeroed = sorted({s for la, f, _ in t.ffns if la == layer and f.name == CANCEL
+                             for s in f.outputs if s in plan.columns})
+            comp.update(fx_node=None, op=None, source=None, cancels=[
+                {"signal": s, "column": plan.columns[s], "fx": _owner(prog, s)} for s in zeroed])
+            comp["note"] = ("zeroes " + ", ".join(sorted({c["fx"] for c in comp["cancels"]}))
+                            + " after the last read")
         out.append(comp)
     source_code = None
     if fn is not None:

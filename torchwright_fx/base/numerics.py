@@ -17,6 +17,11 @@ SATURATION = 18.0
 # softmax weight or a SiLU's negative tail is exactly 0 in fp32.
 UNDERFLOW = 104.0
 
+# A cancel lane (schedule/cancels.py) gates -v by SiLU(CANCEL_GATE) and writes it with the down
+# weight 1/CANCEL_GATE: a power of two above SATURATION, so SiLU(32) = 32 exactly (fp32, fp16
+# and bf16) and both scalings are exact: the lane adds -v bit for bit.
+CANCEL_GATE = 32.0
+
 # -- comparisons ------------------------------------------------------------------------------
 # A comparison is a two-hinge ramp. For an integer-valued input the ramp sits on
 # [t + 1/4, t + 3/4] between two integers, so every integer is half a ramp width from a corner:

@@ -151,6 +151,11 @@ def _embedding(prog: Program, plan: Plan, const: float) -> torch.Tensor:
     return embed
 
 
+def _cancel_lanes(placed: Placement) -> int:
+    """The MLP lanes that zero recycled columns (``schedule/cancels.py``)."""
+    return sum(len(f.lanes) for la in placed.layers for f in la.ffns if f.id < 0)
+
+
 def _layers(w: _Writer, placed: Placement, d_head: int, gain: torch.Tensor,
             scale: float = 1.0) -> list[LayerWeights]:
     """Every layer's weights, its norms' gains ``gain`` (``scale``: the readers' scale)."""
@@ -198,6 +203,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
               "layer_heads": [len(la.heads) for la in placed.layers],
               "layer_lanes": [len(la.lane_index) for la in placed.layers],
               "cancel_heads": sum(la.n_cancel for la in placed.layers),
+              "cancel_lanes": _cancel_lanes(placed),
               "output_margin": margin},
     )
 
@@ -227,6 +233,7 @@ def _emit_half(prog: Program, plan: Plan, geom: Geometry, placed: Placement,
               "layer_heads": [len(la.heads) for la in placed.layers],
               "layer_lanes": [len(la.lane_index) for la in placed.layers],
               "cancel_heads": sum(la.n_cancel for la in placed.layers),
+              "cancel_lanes": _cancel_lanes(placed),
               "output_margin": half.DECODE_GAIN,
               "precision": prog.precision.name,
               "formats": [f.name for f in prog.precision.formats]},

@@ -3,7 +3,8 @@
 One function decides the order that the emitter writes and that the circuit map
 (``emit/circuit.py``) reports, so the two cannot disagree. In each layer the program's heads
 come first (by producer id), then the cancel heads that zero finished columns; MLP lanes are
-numbered in producer order, and identical lanes of different producers share one index.
+numbered in producer order, and identical lanes of different producers share one index, the
+cancel lanes (``schedule/cancels.py``) last.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.printer import format_placement
 from torchwright_fx.ops import attention
 from torchwright_fx.ops.attention import Geometry
-from torchwright_fx.schedule.plan import Plan, layer_members, layer_of
+from torchwright_fx.schedule.cancels import CANCEL, by_layer, cancel_ffn
+from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_members
 
-CANCEL = "cancel"  # the name of the heads that zero a column once nothing reads it
+__all__ = ["CANCEL", "LayerPlacement", "Placement", "cancel_groups", "place"]
 
 
 @dataclass(frozen=True)
 class LayerPlacement:
     heads: tuple[Head, ...]  # in head-index order; the last ``n_cancel`` are cancel heads
     n_cancel: int
-    ffns: tuple[FFN, ...]
+    ffns: tuple[FFN, ...]  # the program's, then the cancel lanes' (named CANCEL), if any
     lane_index: dict[Lane, int]  # lane -> its row in gate/up (column in down)
 
     def lanes_of(self, ffn: FFN) -> list[int]:
@@ -43,13 +45,10 @@ class Placement:
 
 
 def cancel_groups(plan: Plan, geom: Geometry) -> list[list[list[int]]]:
-    """Per layer, the signals whose columns are zeroed there, in groups of at most d_head
-    (one self-attention head each; see ``schedule/columns.py``)."""
-    per_layer: list[list[int]] = [[] for _ in range(plan.n_layers)]
-    for sid, stage in sorted(plan.cancels.items()):
-        per_layer[layer_of(stage)].append(sid)
+    """Per layer, the signals whose columns its attention zeroes, in groups of at most d_head
+    (one self-attention head each; see ``schedule/cancels.py``)."""
     return [[sigs[i:i + geom.d_head] for i in range(0, len(sigs), geom.d_head)]
-            for sigs in per_layer]
+            for sigs in by_layer(plan, ATTENTION)]
 
 
 def _cancel_head(geom: Geometry, sigs: list[int]) -> Head:
@@ -60,9 +59,11 @@ def _cancel_head(geom: Geometry, sigs: list[int]) -> Head:
 
 def place(prog: Program, plan: Plan, geom: Geometry) -> Placement:
     layers = []
-    for (heads, ffns), groups in zip(layer_members(prog, plan), cancel_groups(plan, geom),
-                                     strict=True):
+    for (heads, ffns), groups, lanes in zip(layer_members(prog, plan), cancel_groups(plan, geom),
+                                            by_layer(plan, MLP), strict=True):
         cancels = [_cancel_head(geom, sigs) for sigs in groups]
+        if lanes:
+            ffns = [*ffns, cancel_ffn(prog, lanes)]
         index: dict[Lane, int] = {}
         for f in ffns:
             for lane in f.lanes:

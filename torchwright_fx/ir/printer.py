@@ -258,7 +258,9 @@ def format_placement(placement: Any) -> str:
         heads = [f"{h}:%{p.id} {p.name}" for h, p in enumerate(program_heads)]
         zeroed = [f"s{s}" for h in la.heads[len(program_heads):] for s in h.outputs]
         cancel = f" + {la.n_cancel} cancel {_listed(zeroed, None)}" if la.n_cancel else ""
-        lanes = [f"%{f.id} {f.name} {_ranges(la.lanes_of(f))}" for f in la.ffns]
+        lanes = [f"%{f.id} {f.name} {_ranges(la.lanes_of(f))}"
+                 + (f" zeroes {_listed([f's{s}' for s in f.outputs], None)}" if f.id < 0 else "")
+                 for f in la.ffns]
         lines.append(f"layer {i}: heads {_listed(heads, None)}{cancel}  "
                      f"lanes={len(la.lane_index)} {_listed(lanes, None)}")
     return "\n".join(lines)

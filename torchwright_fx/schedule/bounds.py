@@ -87,8 +87,8 @@ def parameter_bound(prog: Program) -> int:
     layers of ceil(total / n) each hold at least the total), at the narrowest width that takes
     ``live_bound`` beside the reserved columns (a half build: one constant column; a multiple
     of 16 where vLLM takes the head size), plus the norms, the embedding and lm_head. The
-    emitted build exceeds it by the layers' one shape, the cancel heads and the width its
-    schedule needs."""
+    emitted build exceeds it by the layers' one shape, the cancels (heads or lanes) and the
+    width its schedule needs."""
     d_head, vllm = d_head_of(prog), vllm_loadable(prog)
     heads = sum(isinstance(p, Head) for p in prog.producers.values())
     lanes = len({lane for p in prog.producers.values() if isinstance(p, FFN)

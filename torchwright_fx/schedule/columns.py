@@ -5,9 +5,9 @@ Column 0 is the constant; the pins follow (``pin_count``: their count depends on
 some constant weight is a number bf16 does not hold (``constant_columns``).
 
 A signal owns its column from the sublayer that writes it until its last
-reader. A sublayer can only add, so a column is reused only after its old value is cancelled:
-a self-attention head (the shift-by-0 lobe, exact one-hot weights) reads the dead value and
-writes its negation, leaving exact zeros. Cancels cost heads, so fresh columns are used first
+reader. A sublayer can only add, so a column is reused only after its old value is cancelled: a
+self-attention head (the shift-by-0 lobe, exact one-hot weights) or an MLP lane adds its exact
+negation (``cancels.py``). Cancels may cost heads or lanes, so fresh columns are used first
 and a column is recycled only when d runs out.
 """
 
@@ -25,14 +25,16 @@ from torchwright_fx.base.machines import half_holds
 from torchwright_fx.base.numerics import VLLM_HEAD_SIZES, WIDTH_MULTIPLE, is_power_of_two
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.schedule.cancels import by_layer, lanes_per_cancel, spread
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import (
     ATTENTION,
+    MLP,
     Plan,
     end_stage,
-    last_stage_to,
     layer_members,
     layer_of,
+    stage_parity,
 )
 
 # the widths tried when d_model is left to the compiler (the least holds the constant, one pin
@@ -146,7 +148,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
            ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
     """Columns for every live signal, the cancel stage of each recycled signal (the first
     attention stage after its last read), and the latest stage its cancel may move to (the
-    last attention stage before its column's next owner is written).
+    stage before its column's next owner is written; ``cancels.spread`` picks the sublayer).
     ``spans``: ``plan.occupancy(prog)`` and ``reserved``: ``reserved_for(prog, d_model)``
     when the caller has them already. In half precision no column is recycled (a cancel head
     is attention, which half does not certify yet)."""
@@ -170,7 +172,7 @@ def assign(prog: Program, plan: Plan, d_model: int,
                 raise WidthError(f"needs more than d_model={d_model} columns at stage {written}")
             cancel, col, previous = heapq.heappop(released)
             cancels[previous] = cancel
-            latest[previous] = last_stage_to(written - 1, ATTENTION)
+            latest[previous] = written - 1
         columns[sid] = col
         holder[col] = sid
         stage = spans[sid][1]
@@ -179,68 +181,30 @@ def assign(prog: Program, plan: Plan, d_model: int,
     return columns, cancels, latest
 
 
-def spread_cancels(heads: list[int], cancels: dict[int, int], latest: dict[int, int],
-                   d_head: int) -> dict[int, int]:
-    """Cancel stages, each within [its first stage, ``latest``], that make the busiest layer's
-    heads (``heads[L]`` the program's, plus one per d_head cancelled columns) as few as they
-    can be: the least head count whose capacity fits the cancels, each layer filled with
-    the pending cancels of the earliest deadline first (optimal for unit jobs in windows)."""
-    if not cancels:
-        return cancels
-    order = sorted(cancels, key=lambda s: (cancels[s], latest[s], s))
-    n_layers = len(heads)
-
-    def fill(most: int) -> dict[int, int] | None:
-        placed: dict[int, int] = {}
-        pending: list[tuple[int, int]] = []  # (latest layer, signal)
-        it = 0
-        for layer in range(n_layers):
-            while it < len(order) and layer_of(cancels[order[it]]) <= layer:
-                heapq.heappush(pending, (layer_of(latest[order[it]]), order[it]))
-                it += 1
-            room = (most - heads[layer]) * d_head
-            while pending and room > 0:
-                due, sid = heapq.heappop(pending)
-                if due < layer:
-                    return None
-                placed[sid] = 2 * layer  # the layer's attention stage
-                room -= 1
-            if pending and pending[0][0] <= layer:
-                return None
-        return placed if it == len(order) and not pending else None
-
-    now = [0] * n_layers
-    for stage in cancels.values():
-        now[layer_of(stage)] += 1
-    top = max(h + -(-c // d_head) for h, c in zip(heads, now, strict=True))
-    for most in range(max(heads), top):
-        placed = fill(most)
-        if placed is not None:
-            return placed
-    return cancels
-
-
 class _Cost:
     """A plan's parameter count as the emitter will size it (``emit/placement.py``): every
     layer as wide as the busiest in heads (the program's and the cancel heads, one per d_head
-    recycled columns) and in lanes, plus the embedding and lm_head."""
+    cancels at its attention stage) and in lanes (the program's and the cancel lanes), plus
+    the embedding and lm_head."""
 
     def __init__(self, prog: Program, plan: Plan):
         self.d_head = d_head_of(prog) or 1
+        self.per_cancel = lanes_per_cancel(prog)
         members = layer_members(prog, plan)
         self.heads: list[int] = [len(h) for h, _ in members]
-        lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
-        self.d_ff = max([1, *lanes])
+        self.lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
         self.vocab = len(prog.vocab)
 
     def __call__(self, plan: Plan) -> float:
-        per_layer = [0] * len(self.heads)
+        n = len(self.heads)
+        heads, lanes = list(self.heads), list(self.lanes)
         for stage in plan.cancels.values():
-            per_layer[layer_of(stage)] += 1
-        heads = max([1, *(h + -(-c // self.d_head) for h, c in zip(self.heads, per_layer,
-                                                                    strict=True))])
-        layer = 4 * heads * self.d_head + 3 * self.d_ff + 2
-        return plan.d_model * (len(self.heads) * layer + 2 * self.vocab + 1)
+            if stage_parity(stage) == MLP:
+                lanes[layer_of(stage)] += self.per_cancel
+        for i, sigs in enumerate(by_layer(plan, ATTENTION)[:n]):
+            heads[i] += -(-len(sigs) // self.d_head)
+        layer = 4 * max([1, *heads]) * self.d_head + 3 * max([1, *lanes]) + 2
+        return plan.d_model * (n * layer + 2 * self.vocab + 1)
 
 
 def parameters(prog: Program, plan: Plan) -> float:
@@ -252,11 +216,11 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     """A new plan giving every live signal a column (``plan`` itself is left as it was). With
     no d_model, the width of fewest parameters among those every runtime takes
     (``usable_width``), from the live peak up: a tighter width recycles more columns, and each
-    recycled column is zeroed by a cancel head (up to d_head columns per head), which may add a
-    head to every layer (``_cost``). A half build keeps the smallest power of two: its norm's
-    exponent grows with the mean of squares, energy / d (``emit/half.py``), and a narrower
-    residual can push it past what a count's certificate assumes (tracr's count_less_freq at
-    length 5 was refused at 48)."""
+    recycled column is zeroed by a cancel head (up to d_head columns per head) or a cancel lane,
+    which may add a head or lanes to every layer (``_Cost``). A half build keeps the smallest
+    power of two: its norm's exponent grows with the mean of squares, energy / d
+    (``emit/half.py``), and a narrower residual can push it past what a count's certificate
+    assumes (tracr's count_less_freq at length 5 was refused at 48)."""
     half = prog.precision.half
     spans = plan.occupancy(prog)  # the same for every width tried
     vllm = vllm_loadable(prog)
@@ -266,12 +230,18 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     def reserved(d: int) -> int:
         return reserved_for(prog, d, constants)
 
-    heads = [len(h) for h, _ in layer_members(prog, plan)]
+    members = layer_members(prog, plan)
+    heads = [len(h) for h, _ in members]
+    lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
     d_head = d_head_of(prog) or 1
+    last_read = {s: b for s, (_, b) in plan.lifetimes(prog).items()}
+    # half builds recycle no column; a fp32 build may zero one in either sublayer
+    per_cancel = None if half else lanes_per_cancel(prog)
 
     def build(d: int, cols: dict[int, int], cancels: dict[int, int], latest: dict[int, int]
               ) -> Plan:
-        cancels = spread_cancels(heads, cancels, latest, d_head)
+        cancels = spread(heads, lanes, {s: (last_read[s], latest[s]) for s in cancels},
+                         d_head, per_cancel)
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
                                    d_model=d, const_col=0,
                                    pin_cols=list(range(1, reserved(d))))

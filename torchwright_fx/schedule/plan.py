@@ -102,7 +102,7 @@ def peak_overlap(spans: Iterable[tuple[int, int]], lo: int, hi: int) -> int:
 class Plan:
     stage: dict[int, int]  # producer id -> stage
     columns: dict[int, int] = field(default_factory=dict)  # live signal id -> residual column
-    cancels: dict[int, int] = field(default_factory=dict)  # signal -> attention stage zeroing it
+    cancels: dict[int, int] = field(default_factory=dict)  # signal -> stage zeroing it
     d_model: int = 0
     const_col: int = 0
     pin_cols: list[int] = field(default_factory=list)
@@ -162,8 +162,9 @@ class Plan:
             ordered = sorted(sigs, key=lambda s: spans[s][0])
             for a, b in zip(ordered, ordered[1:], strict=False):
                 cancel = self.cancels.get(a)
-                if (cancel is None or cancel < spans[a][1]
-                        or stage_parity(cancel) != ATTENTION or cancel >= spans[b][0]):
+                # either sublayer may zero it (schedule/cancels.py): after its last read (a
+                # sublayer reads before it adds), before the next owner is written
+                if cancel is None or cancel < spans[a][1] or cancel >= spans[b][0]:
                     raise PlanError(f"column {col} holds {prog.signals[a].name} and "
                                     f"{prog.signals[b].name} without a cancel between them")
         missing = prog.live_signals() - set(self.columns)

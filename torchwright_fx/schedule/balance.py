@@ -7,7 +7,9 @@ the parameters, estimated as ``(P + 2) (n (4 d_head H + 3 L) + 2 V)``: P the pea
 columns (the residual width less the constant and a pin), H heads and L lanes in the busiest
 layer of n, V the vocabulary; then the sum of the squared per-layer costs (so that of two
 equally busy layers one can be emptied first). A move may raise the peak where the layers'
-narrowing pays for it; the layer count never changes.
+narrowing pays for it; the layer count never changes. Besides single producers, a producer
+and a reader in the very next sublayer move together by the same shift (a head and the lanes
+that read it: neither can move alone while the other holds it in place).
 """
 
 from __future__ import annotations
@@ -123,43 +125,62 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
     occupancy = Occupancy(prog, stage)
     peak = occupancy.peak()
     last = end_stage(n) - 1  # the last MLP stage
+
+    def shift(moves: list[tuple[int, int]]) -> None:
+        """Put each (producer, stage) of ``moves`` there, in order."""
+        for pid, to in moves:
+            h, lanes_of = load(pid)
+            heads[layer_of(stage[pid])] -= h
+            lanes[layer_of(stage[pid])] -= lanes_of
+            heads[layer_of(to)] += h
+            lanes[layer_of(to)] += lanes_of
+            occupancy.move(pid, to)
+
+    def window(pid: int, apart: int | None = None) -> tuple[int, int]:
+        """The stages ``pid`` may take with everything else fixed (``apart``: one of its
+        readers or deps that moves with it, by the same shift)."""
+        lo = max((stage[d] for d in deps[pid] if d != apart), default=-1) + 1
+        hi = min((stage[r] for r in readers[pid] if r != apart), default=last + 1) - 1
+        return lo, min(hi, last)
+
+    def best_move(groups: list[list[tuple[int, int]]]) -> list[tuple[int, int]] | None:
+        """Of the candidate moves (each a list of (producer, stage)), the one that lowers the
+        cost most, or None."""
+        nonlocal peak
+        best, choice, best_peak = cost(peak), None, peak
+        for moves in groups:
+            back = [(pid, stage[pid]) for pid, _ in moves]
+            shift(moves)
+            trial_peak = occupancy.peak()
+            trial = cost(trial_peak)
+            shift(back[::-1])
+            if trial < best:
+                best, choice, best_peak = trial, moves, trial_peak
+        if choice is not None:
+            shift(choice)
+            peak = best_peak
+        return choice
+
+    movable = [pid for pid in sorted(prog.producers) if pid in final or readers[pid]]
     for _ in range(BALANCE_PASSES):
         moved = False
-        for pid in sorted(prog.producers):
-            par = parity(prog.producers[pid])
-            lo = max((stage[d] for d in deps[pid]), default=-1) + 1
-            hi = min((stage[r] for r in readers[pid]), default=last + 1) - 1
-            if pid not in final and not readers[pid]:
-                continue  # read by nothing (dead-code elimination keeps none of these)
-            hi = min(hi, last)
-            here = stage[pid]
-            h, lanes_of = load(pid)
-            best, choice, best_peak = cost(peak), here, peak
-            for s in range(lo, hi + 1):
-                if s % 2 != par or s == here:
+        for pid in movable:  # (a producer read by nothing is gone: dead-code elimination)
+            lo, hi = window(pid)
+            par, here = parity(prog.producers[pid]), stage[pid]
+            moved |= best_move([[(pid, s)] for s in range(lo, hi + 1)
+                                if s % 2 == par and s != here]) is not None
+        # a producer and a reader right after it (a head and the lanes that read it) move
+        # together: neither can move alone while the other holds it in place
+        for pid in movable:
+            for r in sorted(readers[pid]):
+                if stage[r] != stage[pid] + 1:
                     continue
-                heads[layer_of(here)] -= h
-                lanes[layer_of(here)] -= lanes_of
-                heads[layer_of(s)] += h
-                lanes[layer_of(s)] += lanes_of
-                occupancy.move(pid, s)
-                trial_peak = occupancy.peak()
-                trial = cost(trial_peak)
-                occupancy.move(pid, here)
-                heads[layer_of(s)] -= h
-                lanes[layer_of(s)] -= lanes_of
-                heads[layer_of(here)] += h
-                lanes[layer_of(here)] += lanes_of
-                if trial < best:
-                    best, choice, best_peak = trial, s, trial_peak
-            if choice != here:
-                peak = best_peak
-                heads[layer_of(here)] -= h
-                lanes[layer_of(here)] -= lanes_of
-                heads[layer_of(choice)] += h
-                lanes[layer_of(choice)] += lanes_of
-                occupancy.move(pid, choice)
-                moved = True
+                lo, hi = window(pid, r)
+                r_lo, r_hi = window(r, pid)
+                here = stage[pid]
+                shifts = [t for t in range(max(lo, r_lo - 1), min(hi, r_hi - 1) + 1)
+                          if (t - here) % 2 == 0 and t != here]
+                moved |= best_move([[(pid, t), (r, t + 1)] for t in shifts]) is not None
         if not moved:
             break
     return stage

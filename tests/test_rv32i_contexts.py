@@ -122,3 +122,17 @@ def test_greedy_decoding_follows_the_dumps_and_stops_at_an_instruction_limit(sma
         got, printed, wrong = run.decode(small, prepared, "runtime")
         assert (got, wrong) == (recs, None)
         assert printed == sum(RECORD * len(c.printed) for c in ctxs)
+
+
+def test_the_linker_script_puts_the_stack_at_the_end_of_the_machines_memory():
+    """c/link.ld starts the stack where the compiled machine's memory window ends, so the data
+    and bss of a C program may use everything below it (examples/rv32i/README.md)."""
+    import re
+
+    from examples.rv32i import elf
+
+    text = (run.ROOT / "examples" / "rv32i" / "c" / "link.ld").read_text()
+    end = int(re.search(r"WINDOW_END = (0x[0-9A-Fa-f]+);", text).group(1), 16)
+    assert end == elf.BASE + 4 * run._model().MEM_WORDS
+    for path in ELF_DIR.glob("*.elf"):  # the committed images were linked with it
+        assert elf.load(path).symbols["__stack_top"] == end, path.name

@@ -55,3 +55,29 @@ def test_a_column_zeroed_by_lanes_is_exactly_zero_and_the_program_exact(machine,
             assert torch.equal(column, torch.zeros_like(column)), (prompt, s, stage)
     report = compiled.verify(prompts, backend="hf")
     assert report.ok, report
+
+
+def test_a_program_lane_shared_with_a_cancel_keeps_its_program_edge():
+    """On the ReLU machine a cancel lane, relu(v), is a program's hinge at 0 too: placed once,
+    its read stays a program edge in the ground truth (and is a cancel's as well)."""
+    from examples.rasp import shift_by
+    from torchwright_fx.backends import circuit_exports
+    from torchwright_fx.schedule.cancels import is_cancel
+
+    compiled = shift_by.make(max_len=5, machine="relu").compile()
+    prog, plan, placement = compiled.build.program, compiled.build.plan, compiled.build.placement
+    flows = circuit_exports.truth(prog, plan, placement).flows
+    program_reads = {(f.signal, unit) for f in flows if f.kind in ("program", "end")
+                     for unit, _ in f.readers}
+    shared = 0
+    for i, layer in enumerate(placement.layers):
+        cancel_lanes = {j for f in layer.ffns if is_cancel(f) for j in layer.lanes_of(f)}
+        for f in layer.ffns:
+            if is_cancel(f):
+                continue
+            for lane, j in zip(f.lanes, layer.lanes_of(f), strict=True):
+                shared += j in cancel_lanes
+                for s in lane.gate.signals() | lane.up.signals():
+                    if s in plan.columns:
+                        assert (s, f"m{i}.n{j}") in program_reads, (f.name, s, i, j)
+    assert shared, "the build shares a cancel lane with a program lane"

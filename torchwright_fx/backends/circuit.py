@@ -24,8 +24,9 @@ from typing import Any
 import torch.fx
 
 from torchwright_fx.base.errors import node_source, op_name
-from torchwright_fx.emit.placement import CANCEL, Placement
+from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Program
+from torchwright_fx.schedule.cancels import is_cancel
 from torchwright_fx.schedule.plan import MLP, Plan, layer_of, stage_parity
 
 FORMAT = "torchwright_fx.circuit/1"
@@ -70,7 +71,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
             heads.setdefault(head.name, []).append(
                 _head_entry(i, h, d_head, placement.n_heads))
         for f in layer.ffns:
-            if f.name == CANCEL:
+            if is_cancel(f):
                 continue
             lanes.setdefault(f.name, []).append(
                 {"layer": i, "lanes": sorted(set(layer.lanes_of(f))),
@@ -125,7 +126,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
     cancel_lanes = [{"layer": i, "lanes": sorted(set(layer.lanes_of(f))),
                      "columns": sorted(plan.columns[s] for s in f.outputs if s in plan.columns)}
                     for i, layer in enumerate(placement.layers)
-                    for f in layer.ffns if f.name == CANCEL]
+                    for f in layer.ffns if is_cancel(f)]
     return {"format": FORMAT, "program": name, "n_layers": len(placement.layers),
             "d_model": plan.d_model, "n_heads": placement.n_heads, "d_head": d_head,
             "d_ff": placement.d_ff, "constant_column": plan.const_col,

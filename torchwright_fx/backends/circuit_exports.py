@@ -37,6 +37,7 @@ from torchwright_fx.base.errors import node_source, op_name
 from torchwright_fx.emit.placement import CANCEL, Placement
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.ops.end import NAME as END_NAME
+from torchwright_fx.schedule.cancels import is_cancel
 from torchwright_fx.schedule.plan import Plan
 
 EDGES_FORMAT = "torchwright_fx.edges/1"
@@ -168,6 +169,7 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
     readers: dict[int, list[tuple[str, str | None]]] = {}
     cancel_of: dict[int, list[str]] = {}  # signal -> the cancel head or lanes that zero it
     heads, ffns, first_cancel = [], [], {}
+    program_lanes: set[str] = set()  # the lanes of the program's FFNs (not only a cancel's)
     end_units: set[str] = set()  # the units of the end-of-context flag (ops/end.py)
 
     def read(lins: Iterable[Any], unit: str, inp: str | None) -> None:
@@ -203,8 +205,10 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
             ffns.append((i, f, local))
             if END in f.name:
                 end_units.update(f"m{i}.n{j}" for j in local)
+            if not is_cancel(f):
+                program_lanes.update(f"m{i}.n{j}" for j in local)
             for s, weights in f.outputs.items():
-                if s in cols and f.name == CANCEL:
+                if s in cols and is_cancel(f):
                     cancel_of.setdefault(s, []).extend(f"m{i}.n{local[j]}" for j in weights)
                 elif s in cols:
                     writers.setdefault(s, []).extend(
@@ -219,7 +223,9 @@ def truth(prog: Program, plan: Plan, placement: Placement) -> Truth:
         w = sorted(set(writers.get(s, [])), key=_unit_order)
         r = readers.get(s, [])
         cancel = cancel_of.get(s, [])
-        prog_readers = [x for x in r if x[0] not in cancel]
+        # a cancel lane identical to a program lane of its layer is placed once: its read is
+        # the program's too
+        prog_readers = [x for x in r if x[0] not in cancel or x[0] in program_lanes]
         # what the end-of-context flag reads (a shared position head, <bos>) and writes
         ends = [x for x in prog_readers if x[0] in end_units or END in _owner(prog, s)]
         others = [x for x in prog_readers if x not in ends]
@@ -429,7 +435,7 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
                                             for w in comp["writes"]}.values()]
         comp["note"] = _note(comp)
         if node == CANCEL:  # cancel lanes (schedule/cancels.py), as a cancel head's entry
-            zeroed = sorted({s for la, f, _ in t.ffns if la == layer and f.name == CANCEL
+            zeroed = sorted({s for la, f, _ in t.ffns if la == layer and is_cancel(f)
                              for s in f.outputs if s in plan.columns})
             comp.update(fx_node=None, op=None, source=None, cancels=[
                 {"signal": s, "column": plan.columns[s], "fx": _owner(prog, s)} for s in zeroed])

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchwright_fx.emit.placement import CANCEL, Placement
+from torchwright_fx.emit.placement import Placement
 from torchwright_fx.ir.graph import EMBED, Head, Program
+from torchwright_fx.schedule.cancels import is_cancel
 from torchwright_fx.schedule.plan import EMBED_STAGE, MLP, Plan, end_stage, stage_parity
 
 FORMATS = {".png": "png", ".svg": "svg"}
@@ -164,7 +165,7 @@ def plan_text(prog: Program, plan: Plan, placement: Placement, title: str = "") 
         lines.append(f"layer {i} MLP: {len(layer.lane_index)} lanes")
         for f in layer.ffns:
             lanes = sorted(set(layer.lanes_of(f)))
-            verb = ", zeroes" if f.name == CANCEL else " ->"  # cancel lanes: schedule/cancels
+            verb = ", zeroes" if is_cancel(f) else " ->"  # cancel lanes: schedule/cancels
             lines.append(f"  {f.name}: {_plural(len(lanes), 'lane')} {_columns(lanes)}{verb} "
                          f"{cols(f.outputs)}")
     lines.append("output (lm_head) reads: " + ", ".join(

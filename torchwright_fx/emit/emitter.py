@@ -17,6 +17,7 @@ from torchwright_fx.ir.graph import Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ops import decode
 from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.schedule.cancels import is_cancel
 from torchwright_fx.schedule.plan import Plan
 
 
@@ -153,7 +154,8 @@ def _embedding(prog: Program, plan: Plan, const: float) -> torch.Tensor:
 
 def _cancel_lanes(placed: Placement) -> int:
     """The MLP lanes that zero recycled columns (``schedule/cancels.py``)."""
-    return sum(len(f.lanes) for la in placed.layers for f in la.ffns if f.id < 0)
+    return len({la.lane_index[lane] + (i << 32) for i, la in enumerate(placed.layers)
+                for f in la.ffns if is_cancel(f) for lane in f.lanes})
 
 
 def _layers(w: _Writer, placed: Placement, d_head: int, gain: torch.Tensor,

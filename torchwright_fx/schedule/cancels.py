@@ -23,11 +23,16 @@ import heapq
 from collections.abc import Callable
 
 from torchwright_fx.base.numerics import CANCEL_GATE
-from torchwright_fx.ir.graph import FFN, Lane, Program
+from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.schedule.plan import ATTENTION, Plan, layer_of, stage_parity
 
 CANCEL = "cancel"  # the name of the heads and lanes that zero a column once nothing reads it
+
+
+def is_cancel(p: FFN | Head) -> bool:
+    """Whether a placed head or FFN is a cancel's (the program's producers have ids >= 0)."""
+    return p.id < 0
 
 
 def lanes_per_cancel(prog: Program) -> int:
@@ -65,7 +70,9 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
     spare head, MLP stages one cancel per ``per_cancel`` spare lanes (None: heads only).
     Of the head counts H from the program's busiest layer up, and for each the fewest lanes
     F that fit (earliest deadline first is exact for unit jobs in windows), the least
-    ``4 d_head H + 3 F``; fewer heads on a tie (a smaller KV cache)."""
+    ``4 d_head H + 3 F``; fewer heads on a tie (a smaller KV cache). A cancel lane identical
+    to a program lane of its layer is placed once (``emit/placement.py``), so this counts an
+    upper bound on the lanes."""
     if not windows:
         return {}
     n = len(heads)
@@ -99,10 +106,12 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
     extra = 0 if per_cancel is None else per_cancel * len(windows)
     best: tuple[int, int, dict[int, int]] | None = None
     for h in range(least_heads, most_heads + 1):
+        if best is not None and 4 * d_head * max(h, 1) + 3 * max(least_lanes, 1) >= best[0]:
+            break  # more heads only cost more from here
         f = _least(functools.partial(_fits, fill, h), least_lanes, least_lanes + extra)
         if f is None:
             continue
-        cost = 4 * d_head * h + 3 * f
+        cost = 4 * d_head * max(h, 1) + 3 * max(f, 1)  # a checkpoint has a head and a lane
         if best is None or cost < best[0]:
             placed = fill(h, f)
             assert placed is not None

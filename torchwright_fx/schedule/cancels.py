@@ -104,7 +104,7 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
     least_heads, least_lanes = max([0, *heads]), max([0, *lanes])
     most_heads = least_heads + -(-len(windows) // d_head)
     extra = 0 if per_cancel is None else per_cancel * len(windows)
-    best: tuple[int, int, dict[int, int]] | None = None
+    best: tuple[int, dict[int, int]] | None = None
     for h in range(least_heads, most_heads + 1):
         if best is not None and 4 * d_head * max(h, 1) + 3 * max(least_lanes, 1) >= best[0]:
             break  # more heads only cost more from here
@@ -115,10 +115,10 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
         if best is None or cost < best[0]:
             placed = fill(h, f)
             assert placed is not None
-            best = (cost, h, placed)
+            best = (cost, placed)
     if best is None:
         raise AssertionError("every cancel fits its window with a head per cancel")
-    return best[2]
+    return best[1]
 
 
 def _fits(fill: Callable[[int, int], dict[int, int] | None], most_heads: int,

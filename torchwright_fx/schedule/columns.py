@@ -33,8 +33,6 @@ from torchwright_fx.schedule.plan import (
     Plan,
     end_stage,
     layer_members,
-    layer_of,
-    stage_parity,
 )
 
 # the widths tried when d_model is left to the compiler (the least holds the constant, one pin
@@ -196,15 +194,12 @@ class _Cost:
         self.vocab = len(prog.vocab)
 
     def __call__(self, plan: Plan) -> float:
-        n = len(self.heads)
-        heads, lanes = list(self.heads), list(self.lanes)
-        for stage in plan.cancels.values():
-            if stage_parity(stage) == MLP:
-                lanes[layer_of(stage)] += self.per_cancel
-        for i, sigs in enumerate(by_layer(plan, ATTENTION)[:n]):
-            heads[i] += -(-len(sigs) // self.d_head)
+        heads = [h + -(-len(sigs) // self.d_head)
+                 for h, sigs in zip(self.heads, by_layer(plan, ATTENTION), strict=True)]
+        lanes = [n + self.per_cancel * len(sigs)
+                 for n, sigs in zip(self.lanes, by_layer(plan, MLP), strict=True)]
         layer = 4 * max([1, *heads]) * self.d_head + 3 * max([1, *lanes]) + 2
-        return plan.d_model * (n * layer + 2 * self.vocab + 1)
+        return plan.d_model * (len(heads) * layer + 2 * self.vocab + 1)
 
 
 def parameters(prog: Program, plan: Plan) -> float:
@@ -230,18 +225,15 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     def reserved(d: int) -> int:
         return reserved_for(prog, d, constants)
 
-    members = layer_members(prog, plan)
-    heads = [len(h) for h, _ in members]
-    lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
-    d_head = d_head_of(prog) or 1
+    cost = _Cost(prog, plan)  # the program's heads and lanes per layer, for every width
     last_read = {s: b for s, (_, b) in plan.lifetimes(prog).items()}
     # half builds recycle no column; a fp32 build may zero one in either sublayer
     per_cancel = None if half else lanes_per_cancel(prog)
 
     def build(d: int, cols: dict[int, int], cancels: dict[int, int], latest: dict[int, int]
               ) -> Plan:
-        cancels = spread(heads, lanes, {s: (last_read[s], latest[s]) for s in cancels},
-                         d_head, per_cancel)
+        cancels = spread(cost.heads, cost.lanes,
+                         {s: (last_read[s], latest[s]) for s in cancels}, cost.d_head, per_cancel)
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
                                    d_model=d, const_col=0,
                                    pin_cols=list(range(1, reserved(d))))
@@ -260,7 +252,6 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
                              "smallest width that fits, or schedule with optimize>=1") from None
         return build(d_model, cols, cancels, latest)
     peak = plan.live_peak(prog)
-    cost = _Cost(prog, plan)
     error: WidthError | None = None
     best: tuple[float, Plan] | None = None
     d = max(MIN_D_MODEL, peak + 1, at_least)  # at_least: a half build's readers (emit/half)

@@ -26,6 +26,15 @@ def test_a_dump_lists_each_cell_once_newest_first_record_first():
         Record(RESUME, 0, 4)]
 
 
+def test_a_dump_leaves_out_the_cells_only_the_image_holds():
+    """Every prompt starts with the image, so a dump lists only the cells the program wrote: an
+    image cell it stored into, but not one it only read."""
+    image = [Record(MEM, 0x13, 0, image=True), Record(MEM + 1, 5, 0, image=True)]
+    ctx = [*image, Record(3, 1, 1), Record(MEM + 1, 9, 2)]
+    assert contexts.dump(ctx, 2) == [Record(MEM + 1, 9, 2, dump=True), Record(3, 1, 2, dump=True),
+                                     Record(RESUME, 0, 2)]
+
+
 def test_the_schedule_replays_the_reference_across_contexts():
     image = asm.image(LOOP)
     prompt, recs = trace.run(image)
@@ -34,9 +43,10 @@ def test_the_schedule_replays_the_reference_across_contexts():
     assert len(ctxs) > 3
     executed = [r for c in ctxs for r in c.printed if not r.dump and r.target != RESUME]
     assert executed == recs
-    for before, after in zip(ctxs[:-1], ctxs[1:], strict=True):  # a prompt: the last dump
-        n = len(after.prompt)
-        assert before.printed[-n:] == after.prompt and after.prompt[-1].target == RESUME
+    for before, after in zip(ctxs[:-1], ctxs[1:], strict=True):  # the image, the last dump
+        n = len(after.prompt) - len(first)
+        assert after.prompt == first + before.printed[-n:] and after.prompt[-1].target == RESUME
+        assert all(r.image for r in first) and not any(r.image for r in before.printed)
         assert RECORD * (len(before.prompt) + len(before.printed) - n) >= 512
     assert all(c.tokens <= 1024 for c in ctxs) and ctxs[-1].stops
 

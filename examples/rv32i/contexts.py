@@ -3,16 +3,20 @@
 A build has a dump position ``T`` (``model.make(dump_at=T)``, a multiple of 8). At the first
 record end at or past ``T`` whose record is not a ``write``'s byte (a write in progress keeps
 its count in that record), the model stops executing and prints the state the next context
-needs: one dump record (``DUMP`` alphabet) per cell that has a record in the context, in the
-reverse order of the cells' first records, each with the cell's latest value and ``P`` = the
-pc to resume at, then a ``RESUME`` record (``A`` = 34, V = 0, the same ``P``) and ``<eos>``.
-The host copies the dump and the ``RESUME`` record, unchanged, into the next prompt after
-``<bos>``; there the ``RESUME`` record ends below ``T``, so the model executes from its ``P``.
+needs: one dump record (``DUMP`` alphabet) per cell that has a record in the context other than
+the prompt's image, in the reverse order of the cells' first such records, each with the
+cell's latest value and ``P`` = the pc to resume at, then a ``RESUME`` record (``A`` = 34, V =
+0, the same ``P``) and ``<eos>``. The host copies the first prompt's image records and then the
+dump and the ``RESUME`` record, unchanged, into the next prompt after ``<bos>``; there the
+``RESUME`` record ends below ``T``, so the model executes from its ``P``. A cell the program
+never wrote is not dumped: its image record, in every prompt, still holds its value (a cell it
+wrote has a later record, the dump's, which the reads prefer).
 
-How the model finds the cells (model.py): a record is *first* when no earlier record has its
-cell; each record end holds the cell of the latest first record before it (a link), so the
-first records form a list from the newest back to the oldest, which the dump walks: the cell
-printed last, its first record, that record's link, the next cell, its latest value.
+How the model finds the cells (model.py): a record is *first* when it is not an image record
+and no earlier such record has its cell; each record end holds the cell of the latest first
+record before it (a link), so the first records form a list from the newest back to the
+oldest, which the dump walks: the cell printed last, its first record, that record's link, the
+next cell, its latest value.
 
 Everything here is the host's side: ``dump`` is the oracle of what the model prints, and
 ``schedule`` splits the reference's records into the contexts a run goes through, so that a
@@ -28,12 +32,13 @@ from examples.rv32i.trace import OUT, RECORD, RESUME, Record
 
 
 def dump(context: Sequence[Record], resume_at: int) -> list[Record]:
-    """The records a context's dump prints: its cells, newest first record first, each with
-    its latest value, then ``RESUME``."""
+    """The records a context's dump prints: its cells but those only the image holds, newest
+    first record first, each with its latest value, then ``RESUME``."""
     order: dict[int, int] = {}
     latest: dict[int, int] = {}
     for r in context:
-        order.setdefault(r.target, len(order))
+        if not r.image:
+            order.setdefault(r.target, len(order))
         latest[r.target] = r.value
     cells = sorted(order, key=order.__getitem__, reverse=True)
     return ([Record(c, latest[c], resume_at, dump=True) for c in cells]
@@ -42,7 +47,7 @@ def dump(context: Sequence[Record], resume_at: int) -> list[Record]:
 
 @dataclass
 class Context:
-    prompt: list[Record]  # after <bos>
+    prompt: list[Record]  # after <bos>: the image, then (after the first) the last dump
     printed: list[Record]  # what the model prints (a dump ends with RESUME)
     stops: bool  # the model prints <eos> after ``printed`` (EXIT or RESUME)
 
@@ -58,13 +63,15 @@ class TooLong(ValueError):
 
 def schedule(prompt: Sequence[Record], records: Sequence[Record], exited: bool,
              dump_at: int, max_seq_len: int) -> list[Context]:
-    """The contexts of a run whose executed records (by the reference) are ``records``."""
+    """The contexts of a run whose executed records (by the reference) are ``records``, from
+    the first ``prompt`` (the image)."""
     contexts: list[Context] = []
+    image = [r for r in prompt if r.image]
     ctx, printed, i = list(prompt), [], 0
     while True:
         last = ctx[-1] if ctx else None
         t = RECORD * len(ctx)  # the position of the last record's last token
-        if t >= dump_at and (last is None or (not last.dump and last.target == RESUME)):
+        if t >= dump_at and len(ctx) == len(prompt):
             raise TooLong(f"a context's prompt (the state, {t} tokens) reaches the dump "
                           f"position {dump_at}")
         if t >= dump_at and i < len(records) and not (last and last.target == OUT
@@ -72,7 +79,7 @@ def schedule(prompt: Sequence[Record], records: Sequence[Record], exited: bool,
             resume_at = last.next_index if last else 0
             out = dump(ctx, resume_at)
             contexts.append(Context(list(prompt), printed + out, True))
-            prompt, ctx, printed = list(out), list(out), []
+            prompt, ctx, printed = image + out, image + out, []
             continue
         if i == len(records):
             contexts.append(Context(list(prompt), printed, exited))

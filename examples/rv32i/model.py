@@ -23,7 +23,7 @@ import torch
 
 import torchwright_fx as tw
 from examples.rv32i import trace
-from examples.rv32i.trace import ADDR, BYTE, DUMP, EXIT, OUT, RECORD, RESUME
+from examples.rv32i.trace import ADDR, BYTE, DUMP, EXIT, IMAGE, OUT, RECORD, RESUME
 
 MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bss, stack)
 HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
@@ -215,13 +215,14 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
 
     def rv32i_subset(x: torch.Tensor) -> torch.Tensor:
         # -- the tokens (free: embedding columns) ------------------------------------------
-        a_hi = [(j, h, t) for j, h in enumerate(HI) for t in (ADDR[h], DUMP[h])]
+        a_hi = [(j, h, t) for j, h in enumerate(HI) for t in (ADDR[h], DUMP[h], IMAGE[h])]
         start = tw.is_token(x, [t for _, _, t in a_hi])  # slot 0 of a record
         # A_hi: 0 (registers, ports) or 0x40 + j (memory words 256 j ...): the cell's page
         hi = tw.lookup(x, {t: j for j, _, t in a_hi})
         page = [tw.lookup(x, {t: (j - 1 if j else REGISTER_PAGE) >> i & 1 for j, _, t in a_hi})
                 for i in range(4)]
         dumped = tw.is_token(x, [DUMP[h] for h in HI])  # a record of a state dump
+        imaged = tw.is_token(x, [IMAGE[h] for h in HI])  # a record of the prompt's image
         byte = tw.lookup(x, {BYTE[b]: b for b in range(256)})
         bits = torch.cat([tw.lookup(x, {BYTE[b]: b >> i & 1 for b in range(256)})
                           for i in range(8)], -1)
@@ -230,7 +231,7 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         # layer 0: each position gathers the three tokens before it (three shift heads);
         # layer 1: one head brings the bundle from four back, so a record's end holds all
         # seven tokens before it (four heads in all where seven shifts needed seven a layer)
-        meta = torch.cat([start, hi, *page, dumped], -1)  # a record's first token: A_hi
+        meta = torch.cat([start, hi, *page, dumped, imaged], -1)  # a record's A_hi
         s1, s2 = tw.shift(bits, 1), tw.shift(bits, 2)
         s3 = tw.shift(torch.cat([bits, meta], -1), 3)
         back = tw.shift(torch.cat([bits, s1, s2, s3[:, 8:]], -1), 4)  # tokens 4, 5, 6, 7 back
@@ -243,6 +244,7 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         p = torch.clamp(256 * _num(p_bits, 0, 8) + byte, 0, MAX_P)  # (any value off triggers)
         key = torch.cat([at7[:, 2:6], low], -1)  # the address bits
         was_dump = at7[:, 6:7]  # the record that ends here is a dump's
+        was_image = at7[:, 7:8]  # ... the image's (a prompt's: its cell is dumped only if written)
         ran = trigger * (1 - was_dump)  # ... an executed one (or the prompt's image)
         exited = ran * (cell == EXIT).float()
         after_out = ran * (cell == OUT).float()  # the record that ends here printed a byte
@@ -256,12 +258,14 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
 
         # -- the state dump (contexts.py): past dump_at, walk the first records back --------
         ones = torch.ones_like(trigger)
-        # a record is first when no earlier record has its cell: each position after a record
-        # end holds that record's cell, so a record's own end never matches itself
-        after = tw.shift(torch.cat([key, trigger], -1), 1)
+        # a record is first when it is not the image's and no earlier such record has its cell:
+        # each position after a record end holds that record's cell and whether it counts, so
+        # a record's own end never matches itself
+        counted = trigger * (1 - was_image)
+        after = tw.shift(torch.cat([key, counted], -1), 1)
         seen = tw.select_latest(tw.select(after[:, :12], key, "==")
                                 & tw.select(after[:, 12:13], ones, "=="), ones, default=0.0)
-        first = (trigger.bool() & (seen < 0.5).bool()).float()
+        first = (counted.bool() & (seen < 0.5).bool()).float()
         first_ends = tw.select(first, ones, "==")
         newest = tw.select_latest(first_ends, torch.cat([key, ones], -1), default=0.0)
         link = tw.shift(newest, 1)  # the newest first record before this position

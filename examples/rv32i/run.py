@@ -8,9 +8,10 @@ and ``hf`` (transformers on the saved Phi-3 directory, cached under ``build/rv32
 context by context (its argmax at every position of the trace must be the trace's next token).
 
 A run longer than one context goes through several (contexts.py): the model prints the state
-the next context needs and a RESUME record, and the host copies those tokens, unchanged, into
-the next prompt. The context length is chosen from the program's footprint (``context_for``)
-unless ``--max-seq-len`` is given; the dump position leaves room for the largest dump.
+the next context needs (the cells the program wrote) and a RESUME record, and the host copies
+the first prompt (the image) and those tokens, unchanged, into the next prompt. The context
+length is chosen from the program's footprint (``context_for``) unless ``--max-seq-len`` is
+given; the dump position leaves room for the largest dump.
 
 Today the model is ``model.py``'s: a program outside it (a fault, the M extension, memory
 beyond its 15 KiB, a state too large for the context) is refused before it runs, with the
@@ -42,9 +43,15 @@ class Refused(ValueError):
     """The program is outside what the compiled interpreter offers."""
 
 
-# The contexts' length when none is given: about four times the state a dump prints (a dump
-# and the prompt it becomes take half, execution the rest), within these bounds
-MIN_CONTEXT, CONTEXT_STEP = 8192, 1024
+# Runs that fit one context of MIN_CONTEXT tokens take one (no dump); longer ones take contexts
+# of the length that decodes their instructions fastest (``context_for``), a multiple of
+# CONTEXT_STEP. The cost model: a runtime decodes a token at context position n in a + k n (it
+# reads the weights, then the KV cache of n positions); llama.cpp on 2 cores, the default
+# build, decodes 709 tok/s after an empty context and 324 after 2,048 tokens
+# (docs/benchmarks.md, "RV32I"), so a / k = (1/709) / ((1/324 - 1/709) / 2048) = 1,720
+# positions.
+MIN_CONTEXT, CONTEXT_STEP = 8192, 512
+STEP_IN_POSITIONS = 1720
 
 
 @dataclass
@@ -62,10 +69,11 @@ def prepare(path: str, max_instructions: int | None, max_seq_len: int | None = N
     return prepare_image(elf.load(path), max_instructions, max_seq_len)
 
 
-def _state_tokens(prompt: list[trace.Record], recs: list[trace.Record]) -> int:
-    """The most a dump of this run prints: a record per cell it touches (its image's, the
-    registers it writes, OUT, RESUME), and the RESUME record."""
-    cells = {r.target for r in prompt} | {r.target for r in recs} | {trace.RESUME}
+def _state_tokens(recs: list[trace.Record]) -> int:
+    """The most a dump of this run prints: a record per cell it writes (registers, memory,
+    OUT, and the RESUME cell), and the RESUME record. The image's cells are not dumped: every
+    prompt holds them."""
+    cells = {r.target for r in recs} | {trace.RESUME}
     return trace.RECORD * (len(cells) + 1)
 
 
@@ -78,15 +86,23 @@ def _longest_write(recs: list[trace.Record]) -> int:
     return best
 
 
-def context_for(state: int, longest_write: int) -> int:
-    """The context length for a run whose dumps take up to ``state`` tokens: four times that
-    (MIN_CONTEXT at least, the default context at most), and room for the longest write a dump
-    waits for. Short contexts decode fastest (a runtime reads the whole KV cache for every
-    token), and a dump costs its state twice (printed, then read as the next prompt): a context
-    of 4 states spends half of it executing."""
-    want = 4 * state + trace.RECORD * (longest_write + 2)
-    want = max(MIN_CONTEXT, -(-want // CONTEXT_STEP) * CONTEXT_STEP)
-    return min(_model().MAX_SEQ_LEN, want)
+def context_for(image: int, state: int, longest_write: int) -> int:
+    """The context length that decodes a long run fastest, for a prompt of ``image`` tokens
+    of the image and dumps of up to ``state`` tokens: each context reads the image and the
+    last dump as its prompt, executes, and prints its dump (after the longest write, which a
+    dump waits for), so short contexts spend most of themselves on the state and long ones pay
+    for their KV cache at every token. Minimizes the decoding cost (a + k n at position n) per
+    executed token over the lengths a build takes."""
+    prompt, slack = image + state, trace.RECORD * (longest_write + 2)
+
+    def cost(n: int) -> float:
+        executed = n - prompt - state - slack
+        if executed <= 0:
+            return float("inf")
+        return ((n - prompt) * STEP_IN_POSITIONS + (n * n - prompt * prompt) / 2) / executed
+
+    longest = _model().MAX_SEQ_LEN // CONTEXT_STEP * CONTEXT_STEP
+    return min(range(CONTEXT_STEP, longest + 1, CONTEXT_STEP), key=cost)
 
 
 def dump_position(max_seq_len: int, state: int, longest_write: int) -> int:
@@ -114,17 +130,18 @@ def prepare_image(image: elf.Image, max_instructions: int | None,
         raise Refused(f"the image has nonzero words beyond {end:#x}: {window}")
     recs = trace.records(steps)
     first = trace.parse(text)
-    state, longest = _state_tokens(first, recs), _longest_write(recs)
+    state, longest = _state_tokens(recs), _longest_write(recs)
     whole = 1 + len(text) + trace.RECORD * len(recs) + 1  # the run in one context
     chosen = max_seq_len or (MIN_CONTEXT if whole <= MIN_CONTEXT
-                             else context_for(state, longest))
+                             else context_for(len(text), state, longest))
     dump_at = dump_position(chosen, state, longest)
     if whole <= chosen:  # no dump: the run ends before the dump position (kept a live
         # comparison, so that every such build has the same shape)
         dump_at = max(dump_at, (chosen // trace.RECORD - 1) * trace.RECORD)
-    need = trace.RECORD * (longest + 2) + 2 * state + 1
-    if dump_at <= state:
-        raise Refused(f"the program's state takes up to {state} tokens a dump: max_seq_len "
+    need = trace.RECORD * (longest + 2) + len(text) + 2 * state + 1
+    if dump_at <= len(text) + state:
+        raise Refused(f"the program's image takes {len(text)} tokens of every prompt and its "
+                      f"state up to {state} tokens a dump: max_seq_len "
                       f"{chosen} leaves no room to run between dumps; give --max-seq-len "
                       f"{need + 1024} or more")
     try:
@@ -284,7 +301,8 @@ def decode(loaded, prepared: Prepared, backend: str
         executed += got[:dump]
         last = got[-1] if got else None
         if last is not None and not last.dump and last.target == trace.RESUME:
-            prompt = trace.text(got[dump:])  # the dump and RESUME, copied as they are
+            # the first prompt's image, then the dump and RESUME, copied as they are
+            prompt = prepared.prompt + trace.text(got[dump:])
             continue
         if n + 1 < len(prepared.contexts):
             return executed, printed, (f"context {n} ended after {len(got)} records without "

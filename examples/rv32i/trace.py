@@ -13,9 +13,11 @@ Every record is 8 tokens, ``A_hi A_lo V0 V1 V2 V3 P_hi P_lo``:
 
 ``A_hi`` is drawn from an alphabet of its own (``ADDR``), which marks where a record starts;
 every other slot is a byte token (``BYTE``). The prompt is ``<bos>`` and one record per nonzero
-word of the memory image (``A = MEM + k``, ``P`` = the entry point); registers start at 0 and
-need no record. A ``write`` of n bytes prints n OUT records, whose P stays at the ECALL, then the
-record of ``a0 = n`` with P past it; ``exit`` prints its EXIT record, then ``<eos>``.
+word of the memory image (``A = MEM + k``, ``P`` = the entry point), their ``A_hi`` from a third
+alphabet (``IMAGE``: every prompt starts with the image, and a state dump leaves those cells
+out unless the program wrote them); registers start at 0 and need no record. A ``write`` of n
+bytes prints n OUT records, whose P stays at the ECALL, then the record of ``a0 = n`` with P
+past it; ``exit`` prints its EXIT record, then ``<eos>``.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ MEM = 0x4000  # A of the word at BASE: registers and ports sit below it
 BYTE = [chr(0x100 + b) for b in range(256)]  # 'Ā' ...: the value of a byte token is b
 ADDR = [chr(0x300 + h) for h in range(128)]  # the A_hi tokens (15-bit targets)
 DUMP = [chr(0x380 + h) for h in range(128)]  # the A_hi tokens of a state dump's records
+IMAGE = [chr(0x400 + h) for h in range(128)]  # the A_hi tokens of the prompt's image records
 
 
 def alphabet(addr_hi: Iterable[int] = range(128)) -> str:
     """The characters of a vocabulary: every byte, the A_hi tokens ``addr_hi`` and their dump
-    forms."""
+    and image forms."""
     hi = list(addr_hi)
-    return "".join(BYTE) + "".join(ADDR[h] for h in hi) + "".join(DUMP[h] for h in hi)
+    return "".join(BYTE) + "".join(t[h] for t in (ADDR, DUMP, IMAGE) for h in hi)
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,15 @@ class Record:
     value: int  # V (unsigned 32-bit)
     next_index: int  # P
     dump: bool = False  # a record of a state dump (its A_hi from DUMP): the cell's value
+    image: bool = False  # a record of the prompt's memory image (its A_hi from IMAGE)
+
+    @property
+    def alphabet(self) -> list[str]:
+        return DUMP if self.dump else IMAGE if self.image else ADDR
 
     def text(self) -> str:
         a, v, p = self.target, self.value, self.next_index
-        return ((DUMP if self.dump else ADDR)[a >> 8] + BYTE[a & 255]
+        return (self.alphabet[a >> 8] + BYTE[a & 255]
                 + "".join(BYTE[v >> (8 * k) & 255] for k in range(4))
                 + BYTE[p >> 8] + BYTE[p & 255])
 
@@ -63,7 +71,8 @@ class Record:
         what = ("-" if a == 0 else f"x{a}" if a < 32 else "out" if a == OUT else "exit"
                 if a == EXIT else "resume" if a == RESUME else
                 f"mem[{BASE + 4 * (a - MEM):#x}]" if a >= MEM else f"?{a}")
-        return f"{'dump ' if self.dump else ''}{what}={self.value:#x} pc={self.pc:#x}"
+        kind = "dump " if self.dump else "image " if self.image else ""
+        return f"{kind}{what}={self.value:#x} pc={self.pc:#x}"
 
 
 def index(pc: int) -> int:
@@ -76,7 +85,8 @@ def prompt(image: Image) -> str:
     entry = index(image.entry)
     mem = image.memory
     words = (int.from_bytes(mem[i:i + 4], "little") for i in range(0, len(mem), 4))
-    return "".join(Record(MEM + k, w, entry).text() for k, w in enumerate(words) if w)
+    return "".join(Record(MEM + k, w, entry, image=True).text()
+                   for k, w in enumerate(words) if w)
 
 
 def records(steps: Iterable[Step]) -> list[Record]:
@@ -118,12 +128,13 @@ def parse(generated: str) -> list[Record]:
     recs = []
     for k in range(0, len(generated), RECORD):
         t = generated[k:k + RECORD]
-        if (t[0] not in ADDR and t[0] not in DUMP) or any(c not in BYTE for c in t[1:]):
+        alphabet = next((a for a in (ADDR, DUMP, IMAGE) if t[0] in a), None)
+        if alphabet is None or any(c not in BYTE for c in t[1:]):
             raise ValueError(f"record {k // RECORD} is malformed: {t!r}")
         b = [ord(c) - 0x100 for c in t[1:]]
-        dump = t[0] in DUMP
-        recs.append(Record((ord(t[0]) - ord((DUMP if dump else ADDR)[0])) << 8 | b[0],
-                           b[1] | b[2] << 8 | b[3] << 16 | b[4] << 24, b[5] << 8 | b[6], dump))
+        recs.append(Record((ord(t[0]) - ord(alphabet[0])) << 8 | b[0],
+                           b[1] | b[2] << 8 | b[3] << 16 | b[4] << 24, b[5] << 8 | b[6],
+                           alphabet is DUMP, alphabet is IMAGE))
     return recs
 
 
@@ -131,7 +142,7 @@ def output(recs: Iterable[Record]) -> tuple[bytes, int | None]:
     """What the program wrote on stdout and its exit status (None: it did not exit)."""
     out, status = bytearray(), None
     for r in recs:
-        if r.dump:  # a state dump repeats the last OUT record: nothing new was written
+        if r.dump or r.image:  # a state dump repeats the last OUT record: nothing new written
             continue
         if r.target == OUT:
             out.append(r.value & 255)

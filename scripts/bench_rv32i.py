@@ -60,7 +60,7 @@ def _in_llama_venv(script: str, request: dict) -> object:
 
 def _llama(prompt: str, max_new_tokens: int) -> tuple[str, float]:
     """Greedy decoding in the llama venv (llama_decode.py), timed past the model's load."""
-    request = {"gguf": str(run.load("llama")), "ids": model.VOCAB.encode(prompt),
+    request = {"gguf": str(run.load("llama").gguf), "ids": model.VOCAB.encode(prompt),
                "eos": model.VOCAB.eos_id, "n": max_new_tokens, "threads": run.LLAMA_THREADS}
     out, seconds = _in_llama_venv(
         "llm = d.load(r['gguf'], r['threads'], n_ctx=len(r['ids']) + r['n'])\n"
@@ -90,7 +90,8 @@ def ours(words: list[int]) -> dict:
 
 def llama_long() -> list[dict]:
     """Decoding rate after a long prompt (one token repeated): the KV cache's reads."""
-    request = {"gguf": str(run.load("llama")), "lengths": list(LONG), "threads": run.LLAMA_THREADS}
+    request = {"gguf": str(run.load("llama").gguf), "lengths": list(LONG),
+               "threads": run.LLAMA_THREADS}
     return _in_llama_venv(
         "out = []\n"
         "for n in r['lengths']:\n"

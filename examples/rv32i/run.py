@@ -190,8 +190,48 @@ def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = Non
         if not LLAMA_PY.exists():
             raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
                           f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
-        return _gguf(compiled, dump_at)
+        return LlamaServer(_gguf(compiled, dump_at), compiled.options.max_seq_len,
+                           compiled.options.precision == "half")
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
+
+
+class LlamaServer:
+    """llama.cpp in a subprocess of the llama venv (``llama_decode.py --serve``), started on the
+    first request and kept for the whole run: the model is loaded once, its KV cache sized to
+    the build's context, and each context keeps the cache of the prompt it shares with the
+    last (the image)."""
+
+    def __init__(self, gguf: Path, n_ctx: int, half: bool = False) -> None:
+        self.gguf, self.n_ctx, self.half = gguf, n_ctx, half
+        self._proc: subprocess.Popen[str] | None = None
+
+    def greedy(self, ids: list[int], eos: int, max_new_tokens: int) -> list[int]:
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                [str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py")), "--serve"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self._send({"gguf": str(self.gguf), "threads": LLAMA_THREADS, "half": self.half,
+                        "n_ctx": self.n_ctx})
+        self._send({"ids": ids, "eos": eos, "max_new_tokens": max_new_tokens})
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            err = self.close()
+            raise Refused(f"llama.cpp failed: {err.strip().splitlines()[-1:]}")
+        return json.loads(line)
+
+    def _send(self, message: dict) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(message) + "\n")
+        self._proc.stdin.flush()
+
+    def close(self) -> str:
+        """Ends the subprocess; what it wrote on stderr."""
+        if self._proc is None:
+            return ""
+        proc, self._proc = self._proc, None
+        _, err = proc.communicate()
+        return err
 
 
 def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
@@ -212,16 +252,7 @@ def generate(loaded, prompt: str, backend: str, max_new_tokens: int) -> str:
             new = new[:new.index(model.VOCAB.eos_id)]
         return model.VOCAB.decode(new)
     if backend == "llama":  # a subprocess in the llama venv (examples/rv32i/llama_decode.py)
-        request = {"gguf": str(loaded), "ids": ids, "eos": model.VOCAB.eos_id,
-                   "max_new_tokens": max_new_tokens, "threads": LLAMA_THREADS,
-                   "n_ctx": len(ids) + max_new_tokens,  # the KV cache this run uses
-                   "half": model.program.options.precision == "half"}
-        done = subprocess.run([str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py"))],
-                              input=json.dumps(request), capture_output=True, text=True,
-                              check=False)
-        if done.returncode:
-            raise Refused(f"llama.cpp failed: {done.stderr.strip().splitlines()[-1:]}")
-        return model.VOCAB.decode(json.loads(done.stdout))
+        return model.VOCAB.decode(loaded.greedy(ids, model.VOCAB.eos_id, max_new_tokens))
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
@@ -344,6 +375,12 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
         except ValueError as e:
             print(f"rv32i: the model printed a malformed trace: {e}", file=sys.stderr)
             return 3
+        except Refused as e:
+            print(f"rv32i: {e}", file=sys.stderr)
+            return 2
+        finally:
+            if isinstance(loaded, LlamaServer):
+                loaded.close()
         if wrong is not None:
             print(f"rv32i: the model diverges from the reference: {wrong}", file=sys.stderr)
             return 3

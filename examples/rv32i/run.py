@@ -91,15 +91,18 @@ def context_for(image: int, state: int, longest_write: int) -> int:
     of the image and dumps of up to ``state`` tokens: each context reads the image and the
     last dump as its prompt, executes, and prints its dump (after the longest write, which a
     dump waits for), so short contexts spend most of themselves on the state and long ones pay
-    for their KV cache at every token. Minimizes the decoding cost (a + k n at position n) per
-    executed token over the lengths a build takes."""
+    for their KV cache at every token. Minimizes the cost (a + k n at position n, for every
+    position past the image, whose KV cache the llama backend keeps from one context to the
+    next) per executed token over the lengths a build takes."""
     prompt, slack = image + state, trace.RECORD * (longest_write + 2)
 
     def cost(n: int) -> float:
         executed = n - prompt - state - slack
         if executed <= 0:
             return float("inf")
-        return ((n - prompt) * STEP_IN_POSITIONS + (n * n - prompt * prompt) / 2) / executed
+        # every position past the image is evaluated (the last dump, read as the prompt, in a
+        # batch that costs about as much a token on 2 cores): the image's KV cache is kept
+        return ((n - image) * STEP_IN_POSITIONS + (n * n - image * image) / 2) / executed
 
     longest = _model().MAX_SEQ_LEN // CONTEXT_STEP * CONTEXT_STEP
     return min(range(CONTEXT_STEP, longest + 1, CONTEXT_STEP), key=cost)

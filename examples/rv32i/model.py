@@ -228,18 +228,21 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                           for i in range(8)], -1)
 
         # -- the record that ends here (slot 7): its cell, value and P, in two hops --------
-        # layer 0: each position gathers the three tokens before it (three shift heads);
-        # layer 1: one head brings the bundle from four back, so a record's end holds all
-        # seven tokens before it (four heads in all where seven shifts needed seven a layer)
+        # layer 0: each position gathers the token one back and the token two back (with its
+        # A_hi flags); layer 1: one head brings tokens 3, 4, 5 back from those, another tokens
+        # 6 and 7 back, so a record's end holds all seven tokens before it with two heads a
+        # layer (seven shifts would need seven heads in one layer, and Phi-3 gives every layer
+        # the same head count)
         meta = torch.cat([start, hi, *page, dumped, imaged], -1)  # a record's A_hi
-        s1, s2 = tw.shift(bits, 1), tw.shift(bits, 2)
-        s3 = tw.shift(torch.cat([bits, meta], -1), 3)
-        back = tw.shift(torch.cat([bits, s1, s2, s3[:, 8:]], -1), 4)  # tokens 4, 5, 6, 7 back
-        at7 = back[:, 24:]  # start, hi, page of A_hi
+        s1 = tw.shift(bits, 1)
+        s2 = tw.shift(torch.cat([bits, meta], -1), 2)
+        near = tw.shift(torch.cat([bits, s1, s2[:, :8]], -1), 3)  # tokens 3, 4, 5 back
+        far = tw.shift(torch.cat([s1, s2[:, 8:]], -1), 5)  # tokens 6 and 7 back
+        at7 = far[:, 8:]  # start, hi, page of A_hi
         trigger = at7[:, 0:1]
-        low = back[:, 16:24]  # A_lo's bits (a byte is a linear map of its bits: no head)
+        low = far[:, 0:8]  # A_lo's bits (a byte is a linear map of its bits: no head)
         cell = 256 * at7[:, 1:2] + _num(low, 0, 8)
-        value = torch.cat([back[:, 8:16], back[:, 0:8], s3[:, 0:8], s2], -1)  # V0..V3
+        value = torch.cat([near[:, 16:24], near[:, 8:16], near[:, 0:8], s2[:, :8]], -1)  # V0..V3
         p_bits = s1  # P_hi (the page of word P), then P_lo: this token
         p = torch.clamp(256 * _num(p_bits, 0, 8) + byte, 0, MAX_P)  # (any value off triggers)
         key = torch.cat([at7[:, 2:6], low], -1)  # the address bits

@@ -210,8 +210,9 @@ def auto_knots(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float,
     while i < len(knots) - 1:
         a, b = knots[i], knots[i + 1]
         xs = np.linspace(a, b, 65)[1:-1]
-        fa, fb = f(np.array([a, b]))
-        err = np.abs(fa + (fb - fa) * (xs - a) / (b - a) - f(xs))
+        with np.errstate(invalid="ignore", over="ignore"):  # a non-finite f is refused below
+            fa, fb = f(np.array([a, b]))
+            err = np.abs(fa + (fb - fa) * (xs - a) / (b - a) - f(xs))
         if not np.all(np.isfinite(err)):
             raise RangeError(f"the function is not finite on [{a}, {b}]; keep the input where "
                              "it is finite: torch.clamp(v, min=..., max=...) first")

@@ -80,6 +80,26 @@ def test_the_fan_is_spread_over_the_chain():
     plan.check(prog)
 
 
+def test_a_chain_that_only_moves_as_a_whole_is_pushed_off_the_busiest_layer():
+    """Lanes S1 and S2 (a side chain: S2 reads S1, S1 the first layer's lanes) sit in layers 1
+    and 2 as soon as possible, S1 beside the critical path's lanes of layer 1 (8 lanes). S1
+    cannot move while S2 holds it, and S2 alone moving to the empty last layer gains nothing,
+    nor are they in neighbouring sublayers; pushing S1 a layer later with S2 gives every
+    layer 4 lanes."""
+    b = ShapeBuilder(d_head=D_HEAD, lanes_per_ffn=4)
+    f = b.ffn(b.head([b.e]))
+    side = b.ffn(b.ffn(f))  # S1 -> S2
+    main = b.head(b.head(b.ffn(b.head(f))))
+    prog = b.finish(main + side)
+    asap = earliest_stages(prog)
+    assert loads(prog, asap) == (1, 8)
+    stage = balance(prog, asap)
+    check_order(prog, stage)
+    assert layer_count(stage.values()) == layer_count(asap.values())
+    assert loads(prog, stage) == (1, 4) and estimate(prog, stage) < estimate(prog, asap)
+    columns.allocate(prog, Plan(stage=stage), None).check(prog)
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_balancing_never_costs_a_layer_or_parameters(seed):
     prog = random_program(seed)

@@ -126,3 +126,14 @@ def test_the_command_line_verifies_hello():
     p = _cli("run", str(ELF_DIR / "hello.elf"), "--verify")
     assert (p.stdout, p.returncode) == (b"Hello, world!\n", 0)
     assert b"86 records (688 tokens) confirmed teacher-forced" in p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not run.LLAMA_PY.exists(), reason="the llama venv: make runtime-llama")
+def test_greedy_decoding_through_llama_cpp_across_contexts():
+    """`run --backend llama` over several contexts of one llama.cpp process: every prompt is
+    the image (whose KV cache is kept) and the last dump; the program's output and exit
+    status are the reference's (sum.elf: 5050, exit 186, in 7 contexts of 2,048 tokens)."""
+    p = _cli("run", str(ELF_DIR / "sum.elf"), "--backend", "llama", "--max-seq-len", "2048")
+    assert (p.stdout, p.returncode) == (b"5050\n", 186), p.stderr[-400:]
+    assert b"7 contexts of up to 2048 tokens" in p.stderr

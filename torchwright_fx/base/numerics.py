@@ -91,6 +91,9 @@ VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # time on programs of thousands of producers (the 12 examples: 4,097,088 parameters after 3
 # sweeps, 4,023,360 after 4, the same after 8).
 BALANCE_PASSES = 4
+# How far (in layers) the balancing pass pushes a producer with the readers it overtakes: the
+# chains that hold a busy layer in place (a head, its ramp, the step reading it) are short.
+PUSH_LAYERS = 4
 
 
 def is_power_of_two(n: int) -> bool:

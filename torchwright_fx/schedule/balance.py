@@ -9,14 +9,16 @@ layer of n, V the vocabulary; then the sum of the squared per-layer costs (so th
 equally busy layers one can be emptied first). A move may raise the peak where the layers'
 narrowing pays for it; the layer count never changes. Besides single producers, a producer
 and a reader in the very next sublayer move together by the same shift (a head and the lanes
-that read it: neither can move alone while the other holds it in place).
+that read it: neither can move alone while the other holds it in place), and a producer of a
+busiest layer is pushed later with every reader it would overtake, transitively, each right
+after what it reads (a longer chain, which only moves as a whole).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from torchwright_fx.base.numerics import BALANCE_PASSES
+from torchwright_fx.base.numerics import BALANCE_PASSES, PUSH_LAYERS
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import (
@@ -161,6 +163,23 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
             peak = best_peak
         return choice
 
+    def pushed(pid: int, to: int) -> list[tuple[int, int]] | None:
+        """``pid`` at stage ``to`` and every reader it would overtake (transitively) right
+        after what it reads, or None where that passes the last stage."""
+        new = {pid: to}
+        queue = [pid]
+        while queue:
+            for r in sorted(readers[queue.pop(0)]):
+                need = max(new.get(d, stage[d]) for d in deps[r]) + 1
+                if new.get(r, stage[r]) >= need:
+                    continue
+                to_r = need + (need - parity(prog.producers[r])) % 2
+                if to_r > last:
+                    return None
+                new[r] = to_r
+                queue.append(r)
+        return list(new.items())
+
     movable = [pid for pid in sorted(prog.producers) if pid in final or readers[pid]]
     for _ in range(BALANCE_PASSES):
         moved = False
@@ -181,6 +200,21 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
                 shifts = [t for t in range(max(lo, r_lo - 1), min(hi, r_hi - 1) + 1)
                           if (t - here) % 2 == 0 and t != here]
                 moved |= best_move([[(pid, t), (r, t + 1)] for t in shifts]) is not None
+        # a producer pushed later together with every reader it would overtake (and theirs),
+        # each right after what it reads: a chain that only moves as a whole (a head, its
+        # ramp and the step that reads it), tried from the busiest layers only
+        busiest_heads, busiest_lanes = max(heads.values()), max(lanes.values())
+        for pid in movable:
+            here = stage[pid]
+            layer = layer_of(here)
+            h, lanes_of = load(pid)
+            if not (h and heads[layer] == busiest_heads
+                    or lanes_of and lanes[layer] == busiest_lanes):
+                continue
+            groups = [g for t in range(here + 2, min(here + 2 * PUSH_LAYERS, last) + 1, 2)
+                      if (g := pushed(pid, t)) is not None and len(g) > 1]
+            moved |= best_move(groups) is not None
+            busiest_heads, busiest_lanes = max(heads.values()), max(lanes.values())
         if not moved:
             break
     return stage

@@ -207,7 +207,7 @@ rv32i-llama: $(STAMP) $(LLAMA_STAMP)
 
 # a long run through the continuation: primes.elf (70,394 instructions, the 168 primes below
 # 1000) confirmed teacher-forced context by context (measured with the build of c9e26d7: 73
-# contexts, 837,024 tokens, 26 minutes; today's dumps leave the image out: 79 shorter contexts)
+# contexts, 837,024 tokens, 26 minutes; today's dumps leave the image out: 74 contexts)
 rv32i-long: $(STAMP)
 	$(PY) -m examples.rv32i run $(RV_DIR)/elf/primes.elf --verify > /dev/null; \
 		test $$? -eq 168  # primes exits with the number of primes found

@@ -47,11 +47,11 @@ class Refused(ValueError):
 # of the length that decodes their instructions fastest (``context_for``), a multiple of
 # CONTEXT_STEP. The cost model: a runtime decodes a token at context position n in a + k n (it
 # reads the weights, then the KV cache of n positions); llama.cpp on 2 cores, the default
-# build, decodes 709 tok/s after an empty context and 324 after 2,048 tokens
-# (docs/benchmarks.md, "RV32I"), so a / k = (1/709) / ((1/324 - 1/709) / 2048) = 1,720
+# build, decodes 813 tok/s after an empty context and 454 after 2,048 tokens
+# (docs/benchmarks.md, "RV32I"), so a / k = (1/813) / ((1/454 - 1/813) / 2048) = 2,590
 # positions.
 MIN_CONTEXT, CONTEXT_STEP = 8192, 512
-STEP_IN_POSITIONS = 1720
+STEP_IN_POSITIONS = 2590
 
 
 @dataclass

@@ -78,6 +78,33 @@ def _gcd() -> tuple[bytes, int]:
     return "".join(f"gcd({a},{b})={math.gcd(a, b)}\n" for a, b in pairs).encode(), 1024 & 255
 
 
+def _words() -> tuple[bytes, int]:
+    lines = ["the quick brown fox jumps over 13 lazy dogs", "  leading and trailing spaces  ",
+             "RV32I: 47 instructions, 32 registers!", ""]
+    out, total = [], 0
+    for line in lines:
+        words = sum(c != " " and (i == 0 or line[i - 1] == " ") for i, c in enumerate(line))
+        vowels = sum(chr(ord(c) | 32) in "aeiou" for c in line)
+        digits = sum(c.isdigit() for c in line)
+        other = len(line) - vowels - digits - line.count(" ")
+        out.append(f"{words} {vowels} {digits} {other}\n")
+        total += words
+    return ("".join(out) + "".join(f"{math.factorial(n)}\n" for n in (0, 4, 8, 12))).encode(), \
+        total & 255
+
+
+def _mix() -> tuple[bytes, int]:
+    sb, sh = [-128, -1, 0, 1, 127, -77, 55, -3], [-32768, -2, 2, 32767, -1234, 4321]
+    s = sum(v * (i + 1) for i, v in enumerate(sb)) + sum(v >> (i % 3) for i, v in enumerate(sh))
+    x = 0x123456789
+    for _ in range(5):
+        x = (x * 3 + (x >> 7)) & (2 ** 64 - 1)
+    table = [i * i - 40 for i in range(16)]
+    found = [(k, table.index(k)) for k in range(-45, 200, 7) if k in table]
+    text = f"{s}\n{x >> 32} {x & 0xFFFFFFFF}\n" + "".join(f"{k}@{i} " for k, i in found) + "\n"
+    return text.encode(), (len(found) * 10 + (250 + 10) % 256) & 255
+
+
 EXPECTED = {
     "hello": (b"Hello, world!\n", 0),
     "sum": (b"5050\n", 5050 & 255),
@@ -88,6 +115,8 @@ EXPECTED = {
     "primes": _primes(),
     "collatz": _collatz(),
     "gcd": _gcd(),
+    "words": _words(),
+    "mix": _mix(),
 }
 # bytes and alu print bit patterns (hex): their output as qemu-riscv32 printed it, by hash
 HASHED = {

@@ -8,6 +8,7 @@ The compiled checks are slow (about 2 minutes on 2 cores: the build, hello's 688
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -42,8 +43,14 @@ MEMORY = [*asm.li(1, DATA), *asm.li(2, 0x80FF7F01), asm.sw(2, 1, 0), asm.lb(3, 1
           asm.lbu(4, 1, 3), asm.lh(5, 1, 2), asm.lhu(6, 1, 0), asm.lw(7, 1, 0), asm.sb(3, 1, 6),
           asm.sh(2, 1, 4), asm.lw(8, 1, 4), asm.addi("a0", 0, 1), asm.addi("a1", 1, 8),
           asm.addi("a2", 0, 3), asm.addi("a7", 0, 64), asm.ECALL, *asm.exit_with(8)]
-PROGRAMS = {"alu": ALU, "loop": LOOP, "branches": BRANCHES, "call": CALL, "memory": MEMORY}
-IMAGES = {name: asm.image(words, {DATA + 8: b"hi!"} if name == "memory" else None)
+# write(2, "err", 3) (its bytes go nowhere, a0 = 3), write(1, "hi!", 3), then exit_group
+# (a7 = 94) with a0 + 4 = 7, as a C runtime's _exit does
+SYSCALLS = [*asm.li("a1", DATA + 8), asm.addi("a0", 0, 2), asm.addi("a2", 0, 3),
+            asm.addi("a7", 0, 64), asm.ECALL, asm.addi("s0", "a0", 4), asm.addi("a0", 0, 1),
+            asm.ECALL, asm.addi("a0", "s0", 0), asm.addi("a7", 0, 94), asm.ECALL]
+PROGRAMS = {"alu": ALU, "loop": LOOP, "branches": BRANCHES, "call": CALL, "memory": MEMORY,
+            "syscalls": SYSCALLS}
+IMAGES = {name: asm.image(words, {DATA + 8: b"hi!"} if name in ("memory", "syscalls") else None)
           for name, words in PROGRAMS.items()}
 
 
@@ -71,8 +78,9 @@ def test_generated_records_equal_the_reference(compiled, name):
 
 
 def test_exit_statuses():
-    assert [trace.output(trace.run(IMAGES[n])[1]) for n in ("loop", "branches", "call", "memory")
-            ] == [(b"", 21), (b"", 6), (b"", 42), (b"hi!", 1)]
+    assert [trace.output(trace.run(IMAGES[n])[1])
+            for n in ("loop", "branches", "call", "memory", "syscalls")
+            ] == [(b"", 21), (b"", 6), (b"", 42), (b"hi!", 1), (b"hi!", 7)]
 
 
 @pytest.mark.slow
@@ -81,6 +89,21 @@ def test_hello_runs_through_the_checkpoint(compiled):
     got = trace.parse(compiled.generate(prompt))
     assert got == want
     assert trace.output(got) == (b"Hello, world!\n", 0)
+
+
+@pytest.mark.slow
+def test_greedy_decoding_names_where_the_model_departs_from_the_reference(compiled):
+    """`run` compares what the model prints with the reference's trace, record by record, and
+    names the first difference instead of printing a wrong output (here the reference's trace
+    is altered: the loop's sum written one too high)."""
+    prepared = run.prepare_image(IMAGES["loop"], None)
+    ctx = prepared.contexts[0]
+    k = next(i for i, r in enumerate(ctx.printed) if r.target == 2 and r.value == 6)
+    wrong = dataclasses.replace(ctx.printed[k], value=7)
+    ctx.printed[k] = wrong
+    _, _, said = run.decode(compiled, prepared, "runtime")
+    assert said == (f"in context 0 at its record {k} the model printed x2=0x6 pc={wrong.pc:#x} "
+                    f"where the reference prints {wrong.describe()}")
 
 
 def test_run_refuses_what_the_model_lacks():

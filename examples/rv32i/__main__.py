@@ -2,7 +2,7 @@
 
     python -m examples.rv32i ref PROG.elf [--max-instructions N] [--check] [--trace FILE]
     python -m examples.rv32i run PROG.elf [--max-instructions N] [--backend runtime|hf|llama]
-                                          [--verify] [--max-seq-len L]
+                                          [--verify] [--max-seq-len L] [--lookup N]
     python -m examples.rv32i qemu PROG.elf ...
 
 ``ref`` runs the program on the reference interpreter: stdout gets exactly what the program
@@ -85,7 +85,7 @@ def _ref(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from examples.rv32i import run
     return run.main(args.program, args.backend, args.max_instructions, args.verify,
-                    args.max_seq_len)
+                    args.max_seq_len, args.lookup)
 
 
 def _qemu(args: argparse.Namespace) -> int:
@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--backend", choices=("runtime", "hf", "llama"), default="runtime")
     run.add_argument("--max-seq-len", type=int, default=None,
                      help="build the interpreter for this length (default: model.program's)")
+    run.add_argument("--lookup", type=int, default=None, metavar="N",
+                     help="--backend llama: evaluate up to N guesses from the context with each "
+                          "token and keep those the model confirms (lookup speculation; the "
+                          "output is greedy decoding's either way; 0: a token a pass; "
+                          "default: examples/rv32i/lookup.py's DRAFT)")
     run.add_argument("--verify", action="store_true",
                      help="the reference proposes the trace, the model confirms it "
                           "teacher-forced")
@@ -132,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "max_instructions", None) is not None and args.max_instructions < 0:
         parser.error("--max-instructions must be >= 0")
+    if getattr(args, "lookup", None) is not None and args.lookup < 0:
+        parser.error("--lookup must be >= 0")
     return int(args.func(args))
 
 

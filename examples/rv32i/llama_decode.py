@@ -5,15 +5,17 @@ llama.cpp.
 
 Two ways to call it:
 
-- one request: ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx"}`` as JSON on
+- one request: ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx", "draft"}`` as JSON on
   stdin; it prints the new token ids (``<eos>`` not included) as JSON on stdout;
 - ``--serve``: the model is loaded once, for a whole run of many contexts. The first line of
-  stdin is ``{"gguf", "threads", "half", "n_ctx"}`` (n_ctx: the longest context); every further
-  line is a request ``{"ids", "eos", "max_new_tokens"}``, answered by one line of new token ids.
-  A context whose prompt starts like the last one's (every prompt starts with the program's
-  image) keeps the KV cache of that common prefix instead of evaluating it again.
+  stdin is ``{"gguf", "threads", "half", "n_ctx", "draft"}`` (n_ctx: the longest context;
+  draft: the guesses of lookup speculation, ``lookup.py``); every further line is a request
+  ``{"ids", "eos", "max_new_tokens"}``, answered by one line of new token ids. A context whose
+  prompt starts like the last one's (every prompt starts with the program's image) keeps the
+  KV cache of that common prefix instead of evaluating it again.
 
-The KV cache is f32 (about 14 KB a token for the default build) and sized to ``n_ctx``.
+Either way the output is greedy decoding's. The KV cache is f32 (9 KB a token for the default
+build) and sized to ``n_ctx``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import sys
 
 import numpy as np
 from llama_cpp import Llama
+
+# run as a script in the llama venv (or imported from this folder): lookup.py is beside it
+from lookup import DRAFT, Lookup  # type: ignore[import-not-found]
 
 GGML_TYPE_F32 = 0
 
@@ -36,30 +41,54 @@ def load(gguf: str, threads: int, half: bool = False, n_ctx: int = 0) -> Llama:
                  logits_all=True, verbose=False, **settings)
 
 
-def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int) -> list[int]:
+def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int, draft: int = DRAFT
+           ) -> list[int]:
     """The greedy continuation of ``ids``. The KV cache of the longest prefix ``ids`` shares
     with what ``llm`` evaluated last is kept (at least the last prompt token is evaluated
     again, for its logits); the rest is dropped (``Llama.eval`` removes the cache from
-    ``n_tokens`` on)."""
+    ``n_tokens`` on).
+
+    Lookup speculation (``draft`` > 0): after each token, up to ``draft`` more are guessed from
+    the context itself (``Lookup``) and evaluated in the same batch as it. The guesses that
+    the model's own argmax confirms are kept, in order, up to the first it does not; that
+    position's argmax is the next token. Every kept token is the argmax after exactly the
+    tokens before it, so the output is greedy decoding's, token for token; only the number
+    of forward passes changes (a batch of a few tokens costs little more than one: each
+    pass reads every weight and the whole KV cache)."""
     n_ctx = llm.n_ctx()  # (0 when loaded: the model's own context, max_seq_len)
     common, limit = 0, min(llm.n_tokens, len(ids) - 1)
     while common < limit and int(llm.input_ids[common]) == ids[common]:
         common += 1
     llm.n_tokens = common
     llm.eval(ids[common:])
+    seq = list(ids)
+    lookup = Lookup(seq)
     out: list[int] = []
-    while len(out) < max_new_tokens and len(ids) + len(out) < n_ctx:
+    while len(out) < max_new_tokens and len(seq) < n_ctx:
         token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         if token == eos:
             break
         out.append(token)
-        llm.eval([token])
+        seq.append(token)
+        # room: the new tokens stop at max_new_tokens and at the context's last position
+        room = min(draft, max_new_tokens - len(out), n_ctx - 1 - len(seq))
+        guess = lookup.guess(seq, room) if room > 0 else []
+        row = llm.n_tokens  # the row of ``token``
+        llm.eval([token, *guess])
+        kept = 0
+        while kept < len(guess) and guess[kept] != eos and \
+                int(np.argmax(llm.scores[row + kept])) == guess[kept]:
+            kept += 1
+        out += guess[:kept]
+        seq += guess[:kept]
+        llm.n_tokens = row + 1 + kept  # the next eval drops the rejected guesses' cache
+        lookup.learn(seq)
     return out
 
 
 def decode(gguf: str, ids: list[int], eos: int, max_new_tokens: int, threads: int,
-           half: bool = False, n_ctx: int = 0) -> list[int]:
-    return greedy(load(gguf, threads, half, n_ctx), ids, eos, max_new_tokens)
+           half: bool = False, n_ctx: int = 0, draft: int = DRAFT) -> list[int]:
+    return greedy(load(gguf, threads, half, n_ctx), ids, eos, max_new_tokens, draft)
 
 
 def serve() -> None:
@@ -69,7 +98,8 @@ def serve() -> None:
                setup.get("n_ctx", 0))
     for line in sys.stdin:
         req = json.loads(line)
-        print(json.dumps(greedy(llm, req["ids"], req["eos"], req["max_new_tokens"])),
+        print(json.dumps(greedy(llm, req["ids"], req["eos"], req["max_new_tokens"],
+                                setup.get("draft", DRAFT))),
               flush=True)
 
 
@@ -80,4 +110,4 @@ if __name__ == "__main__":
         req = json.load(sys.stdin)
         print(json.dumps(decode(req["gguf"], req["ids"], req["eos"], req["max_new_tokens"],
                                 req.get("threads", 2), req.get("half", False),
-                                req.get("n_ctx", 0))))
+                                req.get("n_ctx", 0), req.get("draft", DRAFT))))

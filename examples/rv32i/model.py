@@ -305,8 +305,13 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         r1, r2 = read(_register(p, field(15, 11))), read(_register(p, field(20, 12)))
         a2 = r2  # (a1 is r1: the write reads its buffer at r1 + count)
         a0, a7 = (read(_register(p, r), 8) for r in (10, 17))
-        is_exit = is_ecall * (_num(a7, 0, 8) == 93).float()
-        is_write = is_ecall * (_num(a7, 0, 8) == 64).float()
+        call = _num(a7, 0, 8)
+        # exit (93) and exit_group (94)
+        is_exit = is_ecall * ((call >= 93).float() - (call >= 95).float())
+        is_write = is_ecall * (call == 64).float()
+        # write(2, ...): stderr's bytes go nowhere. A write's fd is 1 or 2 (the reference
+        # refuses any other, and run.py refuses the program), so bit 1 of a0 tells them apart
+        to_stderr = a0[:, 1:2]
         # a write prints one byte a record; the count so far is in the last record's V1 V2
         count = _when(after_out, value[:, 8:24], torch.zeros_like(value[:, 8:24]))
 
@@ -359,9 +364,10 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                                _when(is_load, loaded[k], zero),
                                _when(alu * (f3_is[1] + f3_is[5]), shifted[k], zero)))
 
-        # -- a write: a byte a record until the count reaches a2, then a0 = a2 ---------------
+        # -- a write: a byte a record until the count reaches a2, then a0 = a2 (at once for
+        # stderr) -------------------------------------------------------------------------
         n_lo = _num(a2, 0, 16)
-        done = (_num(count, 0, 16) == n_lo).float()
+        done = ((_num(count, 0, 16) == n_lo) | to_stderr.bool()).float()
         write_byte = is_write * (1 - done)
         write_done = is_write * done
         c0 = _num(count, 0, 8)

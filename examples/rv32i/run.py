@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.rv32i import contexts, elf, trace
+from examples.rv32i.lookup import DRAFT
 from examples.rv32i.reference import Fault, Machine, Step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,8 +180,10 @@ def _model():
     return model
 
 
-def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = None):
-    """The backend's model, built (or loaded from the cache) before any timing."""
+def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = None,
+         lookup: int | None = None):
+    """The backend's model, built (or loaded from the cache) before any timing (``lookup``:
+    the llama backend's guesses a pass, ``lookup.DRAFT`` if None)."""
     compiled = program(max_seq_len, dump_at)
     if backend == "runtime":
         return compiled.compile()
@@ -194,7 +197,8 @@ def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = Non
             raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
                           f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
         return LlamaServer(_gguf(compiled, dump_at), compiled.options.max_seq_len,
-                           compiled.options.precision == "half")
+                           compiled.options.precision == "half",
+                           DRAFT if lookup is None else lookup)
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
@@ -202,10 +206,11 @@ class LlamaServer:
     """llama.cpp in a subprocess of the llama venv (``llama_decode.py --serve``), started on the
     first request and kept for the whole run: the model is loaded once, its KV cache sized to
     the build's context, and each context keeps the cache of the prompt it shares with the
-    last (the image)."""
+    last (the image). ``lookup``: guesses evaluated with each token (``lookup.py``)."""
 
-    def __init__(self, gguf: Path, n_ctx: int, half: bool = False) -> None:
-        self.gguf, self.n_ctx, self.half = gguf, n_ctx, half
+    def __init__(self, gguf: Path, n_ctx: int, half: bool = False, lookup: int = DRAFT
+                 ) -> None:
+        self.gguf, self.n_ctx, self.half, self.lookup = gguf, n_ctx, half, lookup
         self._proc: subprocess.Popen[str] | None = None
 
     def greedy(self, ids: list[int], eos: int, max_new_tokens: int) -> list[int]:
@@ -214,7 +219,7 @@ class LlamaServer:
                 [str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py")), "--serve"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self._send({"gguf": str(self.gguf), "threads": LLAMA_THREADS, "half": self.half,
-                        "n_ctx": self.n_ctx})
+                        "n_ctx": self.n_ctx, "draft": self.lookup})
         self._send({"ids": ids, "eos": eos, "max_new_tokens": max_new_tokens})
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
@@ -320,40 +325,60 @@ def decode(loaded, prepared: Prepared, backend: str
            ) -> tuple[list[trace.Record], int, str | None]:
     """Greedy decoding through as many contexts as the model asks for: where it ends a context
     with a dump and RESUME, the dump's tokens become the next prompt. Each context decodes at
-    most what the reference's schedule says it prints (and <eos> after EXIT or RESUME).
-    Returns the executed records, how many tokens were printed (dumps included), and what went
-    wrong where the model ended a context the schedule continues (None otherwise)."""
+    most what the reference's schedule says it prints (and <eos> after EXIT or RESUME), and
+    what it prints is compared with that, record by record. Returns the executed records, how
+    many tokens were printed (dumps included), and where the model first departs from the
+    reference's trace (None where it never does)."""
     executed: list[trace.Record] = []
     printed = 0
     prompt = prepared.prompt
     for n, ctx in enumerate(prepared.contexts):
         limit = trace.RECORD * len(ctx.printed) + int(ctx.stops)
-        got = trace.parse(generate(loaded, prompt, backend, limit))
+        got, tail = _records(generate(loaded, prompt, backend, limit))
         printed += trace.RECORD * len(got)
         _progress(n, len(prepared.contexts), "decoded")
         dump = next((i for i, r in enumerate(got) if r.dump), len(got))
         executed += got[:dump]
-        last = got[-1] if got else None
-        if last is not None and not last.dump and last.target == trace.RESUME:
+        # the first record that differs; where all agree, the end of the shorter (the model
+        # printed at most the limit, so only fewer records, or a cut one, can remain)
+        k = next((i for i, (g, w) in enumerate(zip(got, ctx.printed, strict=False)) if g != w),
+                 None if len(got) == len(ctx.printed) else len(got))
+        if k is not None:
+            said = got[k].describe() if k < len(got) else tail or "<eos>"
+            return executed, printed, (f"in context {n} at its record {k} the model printed "
+                                       f"{said} where the reference prints "
+                                       f"{ctx.printed[k].describe()}")
+        if ctx.printed and not ctx.printed[-1].dump and ctx.printed[-1].target == trace.RESUME:
             # the first prompt's image, then the dump and RESUME, copied as they are
             prompt = prepared.prompt + trace.text(got[dump:])
-            continue
-        if n + 1 < len(prepared.contexts):
-            return executed, printed, (f"context {n} ended after {len(got)} records without "
-                                       f"a dump and RESUME, where the reference continues")
-        break
     return executed, printed, None
 
 
+def _records(generated: str) -> tuple[list[trace.Record], str | None]:
+    """The whole, well-formed records at the start of ``generated``, and what follows them
+    when that is not one (a record cut short or malformed), described."""
+    whole = len(generated) // trace.RECORD * trace.RECORD
+    recs: list[trace.Record] = []
+    for k in range(0, whole, trace.RECORD):
+        try:
+            recs += trace.parse(generated[k:k + trace.RECORD])
+        except ValueError:
+            return recs, f"the malformed record {generated[k:k + trace.RECORD]!r}"
+    rest = generated[whole:]
+    return recs, (f"{len(rest)} tokens of a record ({rest!r}) before the limit" if rest
+                  else None)
+
+
 def main(path: str, backend: str, max_instructions: int | None, check: bool,
-         max_seq_len: int | None = None) -> int:
+         max_seq_len: int | None = None, lookup: int | None = None) -> int:
     try:
         prepared = prepare(path, max_instructions, max_seq_len)
     except (OSError, elf.ElfError, Refused) as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2
     try:
-        loaded = load("runtime" if check else backend, prepared.max_seq_len, prepared.dump_at)
+        loaded = load("runtime" if check else backend, prepared.max_seq_len, prepared.dump_at,
+                      lookup)
     except Refused as e:
         print(f"rv32i: {e}", file=sys.stderr)
         return 2
@@ -375,9 +400,6 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
     else:
         try:
             recs, tokens, wrong = decode(loaded, prepared, backend)
-        except ValueError as e:
-            print(f"rv32i: the model printed a malformed trace: {e}", file=sys.stderr)
-            return 3
         except Refused as e:
             print(f"rv32i: {e}", file=sys.stderr)
             return 2

@@ -180,7 +180,7 @@ RV_DIR := examples/rv32i
 RV_CC := riscv64-unknown-elf-gcc
 RV_CFLAGS := -march=rv32i -mabi=ilp32 -O2 -ffreestanding -fno-builtin \
 	-fno-tree-loop-distribute-patterns -nostdlib -static -Wall -Wextra -Werror
-RV_PROGS := hello sum fib sort sort100 reverse bytes alu primes collatz gcd words mix
+RV_PROGS := hello sum fib sort sort100 reverse bytes alu primes collatz gcd words mix stderr
 RV_ELFS := $(RV_PROGS:%=$(RV_DIR)/elf/%.elf)
 RV_DEPS := $(RV_DIR)/c/crt0.S $(RV_DIR)/c/rt.c $(RV_DIR)/c/sys.h $(RV_DIR)/c/link.ld
 .PHONY: rv32i-elfs rv32i-qemu rv32i-verify rv32i-llama rv32i-long

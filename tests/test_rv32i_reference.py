@@ -117,6 +117,7 @@ EXPECTED = {
     "gcd": _gcd(),
     "words": _words(),
     "mix": _mix(),
+    "stderr": (b"before\nafter 0\n", 3),  # the diagnostic went to fd 2: nowhere
 }
 # bytes and alu print bit patterns (hex): their output as qemu-riscv32 printed it, by hash
 HASHED = {

@@ -10,7 +10,7 @@ where the product of its odds falls below SURE.
 The constants were chosen by timing llama.cpp on 2 cores (the default build, the first
 context of each program, 2,900 to 4,000 tokens; the output the same token for token): fib
 7.9 s plain, 6.3 s with these (1.26x); primes 14.3 s and 12.4 s (1.16x); sort100, whose
-values move every iteration, 10.9 s either way. Shorter n-grams (4) guess more and are
+values move every iteration, 11.7 s and 11.0 s (1.07x). Shorter n-grams (4) guess more and are
 wrong more: fib 7.6 s. A batch of 2 tokens costs 1.2 to 1.5 passes of one, a batch of 9
 about 4 (each pass reads every weight and the whole KV cache), so a guess pays only where
 it is likelier right than wrong.

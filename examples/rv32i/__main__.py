@@ -30,6 +30,7 @@ import sys
 import time
 
 from examples.rv32i import elf, reference
+from examples.rv32i.lookup import DRAFT
 
 
 def _ref(args: argparse.Namespace) -> int:
@@ -122,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--backend", choices=("runtime", "hf", "llama"), default="runtime")
     run.add_argument("--max-seq-len", type=int, default=None,
                      help="build the interpreter for this length (default: model.program's)")
-    run.add_argument("--lookup", type=int, default=None, metavar="N",
+    run.add_argument("--lookup", type=int, default=DRAFT, metavar="N",
                      help="--backend llama: evaluate up to N guesses from the context with each "
                           "token and keep those the model confirms (lookup speculation; the "
                           "output is greedy decoding's either way; 0: a token a pass; "
-                          "default: examples/rv32i/lookup.py's DRAFT)")
+                          "default: %(default)s, examples/rv32i/lookup.py's DRAFT)")
     run.add_argument("--verify", action="store_true",
                      help="the reference proposes the trace, the model confirms it "
                           "teacher-forced")
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "max_instructions", None) is not None and args.max_instructions < 0:
         parser.error("--max-instructions must be >= 0")
-    if getattr(args, "lookup", None) is not None and args.lookup < 0:
+    if getattr(args, "lookup", 0) < 0:
         parser.error("--lookup must be >= 0")
     return int(args.func(args))
 

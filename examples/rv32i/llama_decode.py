@@ -5,8 +5,8 @@ llama.cpp.
 
 Two ways to call it:
 
-- one request: ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx", "draft"}`` as JSON on
-  stdin; it prints the new token ids (``<eos>`` not included) as JSON on stdout;
+- one request: ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx", "draft"}`` as
+  JSON on stdin; it prints the new token ids (``<eos>`` not included) as JSON on stdout;
 - ``--serve``: the model is loaded once, for a whole run of many contexts. The first line of
   stdin is ``{"gguf", "threads", "half", "n_ctx", "draft"}`` (n_ctx: the longest context;
   draft: the guesses of lookup speculation, ``lookup.py``); every further line is a request

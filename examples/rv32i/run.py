@@ -181,9 +181,9 @@ def _model():
 
 
 def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = None,
-         lookup: int | None = None):
+         lookup: int = DRAFT):
     """The backend's model, built (or loaded from the cache) before any timing (``lookup``:
-    the llama backend's guesses a pass, ``lookup.DRAFT`` if None)."""
+    the llama backend's guesses a pass)."""
     compiled = program(max_seq_len, dump_at)
     if backend == "runtime":
         return compiled.compile()
@@ -197,8 +197,7 @@ def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = Non
             raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
                           f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
         return LlamaServer(_gguf(compiled, dump_at), compiled.options.max_seq_len,
-                           compiled.options.precision == "half",
-                           DRAFT if lookup is None else lookup)
+                           compiled.options.precision == "half", lookup)
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
 
 
@@ -370,7 +369,7 @@ def _records(generated: str) -> tuple[list[trace.Record], str | None]:
 
 
 def main(path: str, backend: str, max_instructions: int | None, check: bool,
-         max_seq_len: int | None = None, lookup: int | None = None) -> int:
+         max_seq_len: int | None = None, lookup: int = DRAFT) -> int:
     try:
         prepared = prepare(path, max_instructions, max_seq_len)
     except (OSError, elf.ElfError, Refused) as e:

@@ -8,8 +8,9 @@ Two ways to call it:
 - one request: ``{"gguf", "ids", "eos", "max_new_tokens", "threads", "n_ctx", "draft"}`` as
   JSON on stdin; it prints the new token ids (``<eos>`` not included) as JSON on stdout;
 - ``--serve``: the model is loaded once, for a whole run of many contexts. The first line of
-  stdin is ``{"gguf", "threads", "half", "n_ctx", "draft"}`` (n_ctx: the longest context;
-  draft: the guesses of lookup speculation, ``lookup.py``); every further line is a request
+  stdin is ``{"gguf", "threads", "half", "n_ctx", "draft", "records"}`` (n_ctx: the longest
+  context; draft: the guesses of lookup speculation, ``lookup.py``; records: the trace's
+  format it guesses from, ``lookup.Records``); every further line is a request
   ``{"ids", "eos", "max_new_tokens"}``, answered by one line of new token ids. A context whose
   prompt starts like the last one's (every prompt starts with the program's image) keeps the
   KV cache of that common prefix instead of evaluating it again.
@@ -27,7 +28,7 @@ import numpy as np
 from llama_cpp import Llama
 
 # run as a script in the llama venv (or imported from this folder): lookup.py is beside it
-from lookup import DRAFT, Lookup  # type: ignore[import-not-found]
+from lookup import DRAFT, Lookup, Records  # type: ignore[import-not-found]
 
 GGML_TYPE_F32 = 0
 
@@ -41,15 +42,15 @@ def load(gguf: str, threads: int, half: bool = False, n_ctx: int = 0) -> Llama:
                  logits_all=True, verbose=False, **settings)
 
 
-def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int, draft: int = DRAFT
-           ) -> list[int]:
+def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int, draft: int = DRAFT,
+           records: Records | None = None) -> list[int]:
     """The greedy continuation of ``ids``. The KV cache of the longest prefix ``ids`` shares
     with what ``llm`` evaluated last is kept (at least the last prompt token is evaluated
     again, for its logits); the rest is dropped (``Llama.eval`` removes the cache from
     ``n_tokens`` on).
 
     Lookup speculation (``draft`` > 0): after each token, up to ``draft`` more are guessed from
-    the context itself (``Lookup``) and evaluated in the same batch as it. The guesses that
+    the context itself (``Lookup``, with ``records``: the trace's format) and evaluated in the same batch as it. The guesses that
     the model's own argmax confirms are kept, in order, up to the first it does not; that
     position's argmax is the next token. Every kept token is the argmax after exactly the
     tokens before it, so the output is greedy decoding's, token for token; only the number
@@ -62,7 +63,7 @@ def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int, draft: int
     llm.n_tokens = common
     llm.eval(ids[common:])
     seq = list(ids)
-    lookup = Lookup(seq)
+    lookup = Lookup(seq, records)
     out: list[int] = []
     while len(out) < max_new_tokens and len(seq) < n_ctx:
         token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
@@ -96,10 +97,11 @@ def serve() -> None:
     setup = json.loads(sys.stdin.readline())
     llm = load(setup["gguf"], setup.get("threads", 2), setup.get("half", False),
                setup.get("n_ctx", 0))
+    records = Records.from_json(setup["records"]) if setup.get("records") else None
     for line in sys.stdin:
         req = json.loads(line)
         print(json.dumps(greedy(llm, req["ids"], req["eos"], req["max_new_tokens"],
-                                setup.get("draft", DRAFT))),
+                                setup.get("draft", DRAFT), records)),
               flush=True)
 
 

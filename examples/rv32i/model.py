@@ -197,15 +197,21 @@ MAX_SEQ_LEN = 138240
 MAX_DUMP = RECORD * (MEM_WORDS + 32 + 3 + 1)
 
 
-def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: Any
-         ) -> tw.Compiled:
-    """The interpreter for contexts of ``max_seq_len`` tokens that dump their state at the
-    first record end at or past position ``dump_at`` (a multiple of 8; default: room for the
-    largest dump, ``MAX_DUMP``, before ``max_seq_len``, or half the context where it cannot
-    hold that: ``run.py`` chooses it from the program's footprint)."""
+def dump_position(max_seq_len: int, dump_at: int | None = None) -> int:
+    """``dump_at``, or by default room for the largest dump (``MAX_DUMP``) before
+    ``max_seq_len``, or half the context where it cannot hold that."""
     if dump_at is None:
         dump_at = max(max_seq_len - MAX_DUMP - 2 * RECORD, max_seq_len // 2)
         dump_at = dump_at // RECORD * RECORD
+    return dump_at
+
+
+def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: Any
+         ) -> tw.Compiled:
+    """The interpreter for contexts of ``max_seq_len`` tokens that dump their state at the
+    first record end at or past position ``dump_at`` (a multiple of 8; default:
+    ``dump_position``'s; ``run.py`` chooses it from the program's footprint)."""
+    dump_at = dump_position(max_seq_len, dump_at)
     if dump_at <= 0 or dump_at % RECORD:
         raise ValueError(f"dump_at must be a positive multiple of {RECORD}, not {dump_at}: "
                          f"max_seq_len {max_seq_len} leaves no room for a dump")

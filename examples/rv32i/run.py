@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from examples.rv32i import contexts, elf, trace
-from examples.rv32i.lookup import DRAFT
+from examples.rv32i.lookup import DRAFT, Records
 from examples.rv32i.reference import Fault, Machine, Step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,20 +196,38 @@ def load(backend: str, max_seq_len: int | None = None, dump_at: int | None = Non
         if not LLAMA_PY.exists():
             raise Refused(f"--backend llama runs llama.cpp in the project's llama venv, "
                           f"{LLAMA_PY.parent.parent}: build it with `make runtime-llama`")
-        return LlamaServer(_gguf(compiled, dump_at), compiled.options.max_seq_len,
-                           compiled.options.precision == "half", lookup)
+        n_ctx = compiled.options.max_seq_len
+        return LlamaServer(_gguf(compiled, dump_at), n_ctx, compiled.options.precision == "half",
+                           lookup, records(_model().dump_position(n_ctx, dump_at)))
     raise Refused(f"backend {backend!r} is not built yet (runtime, hf, llama)")
+
+
+def records(dump_at: int) -> Records:
+    """The trace's token format, as lookup speculation guesses from it (lookup.py): the A_hi
+    tokens of the three alphabets, the cells after which no dump starts (a write's byte, EXIT),
+    RESUME's record, and the build's dump position."""
+    model = _model()
+    vocab = model.VOCAB
+    page = {vocab[alphabet[h]]: (kind, h) for kind, alphabet in
+            (("addr", trace.ADDR), ("dump", trace.DUMP), ("image", trace.IMAGE))
+            for h in model.HI}
+    return Records(trace.RECORD, dump_at, page, {h: vocab[trace.DUMP[h]] for h in model.HI},
+                   frozenset((c >> 8, vocab[trace.BYTE[c & 255]])
+                             for c in (trace.OUT, trace.EXIT)),
+                   tuple(vocab.encode(trace.Record(trace.RESUME, 0, 0).text())[1:-2]))
 
 
 class LlamaServer:
     """llama.cpp in a subprocess of the llama venv (``llama_decode.py --serve``), started on the
     first request and kept for the whole run: the model is loaded once, its KV cache sized to
     the build's context, and each context keeps the cache of the prompt it shares with the
-    last (the image). ``lookup``: guesses evaluated with each token (``lookup.py``)."""
+    last (the image). ``lookup``: guesses evaluated with each token (``lookup.py``), which
+    knows the trace's format from ``records``."""
 
-    def __init__(self, gguf: Path, n_ctx: int, half: bool = False, lookup: int = DRAFT
-                 ) -> None:
+    def __init__(self, gguf: Path, n_ctx: int, half: bool = False, lookup: int = DRAFT,
+                 records: Records | None = None) -> None:
         self.gguf, self.n_ctx, self.half, self.lookup = gguf, n_ctx, half, lookup
+        self.records = records
         self._proc: subprocess.Popen[str] | None = None
 
     def greedy(self, ids: list[int], eos: int, max_new_tokens: int) -> list[int]:
@@ -218,7 +236,8 @@ class LlamaServer:
                 [str(LLAMA_PY), str(Path(__file__).with_name("llama_decode.py")), "--serve"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             self._send({"gguf": str(self.gguf), "threads": LLAMA_THREADS, "half": self.half,
-                        "n_ctx": self.n_ctx, "draft": self.lookup})
+                        "n_ctx": self.n_ctx, "draft": self.lookup,
+                        "records": self.records and self.records.to_json()})
         self._send({"ids": ids, "eos": eos, "max_new_tokens": max_new_tokens})
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()

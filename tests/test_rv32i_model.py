@@ -48,10 +48,23 @@ MEMORY = [*asm.li(1, DATA), *asm.li(2, 0x80FF7F01), asm.sw(2, 1, 0), asm.lb(3, 1
 SYSCALLS = [*asm.li("a1", DATA + 8), asm.addi("a0", 0, 2), asm.addi("a2", 0, 3),
             asm.addi("a7", 0, 64), asm.ECALL, asm.addi("s0", "a0", 4), asm.addi("a0", 0, 1),
             asm.ECALL, asm.addi("a0", "s0", 0), asm.addi("a7", 0, 94), asm.ECALL]
+# the whole 64 KiB window: a call into code at 0x1D000 (P_hi 0x34), which stores a word and a
+# byte at 0x1FF00 (folded onto page 15 of the cells) and reads them back, counts a loop down,
+# jumps to 0x1D0FC, whose JAL's link (0x1D100) carries into the pc's second byte, and returns;
+# exit with the low byte of link ^ word
+HIGH = 0x1D000
+WINDOW = [*asm.li(1, HIGH), asm.jalr("ra", 1, 0), *asm.exit_with("a0")]
+HIGH_CODE = [*asm.li(2, 0x1FF00), *asm.li(3, 0x12345678), asm.sw(3, 2, 0), asm.lw(4, 2, 0),
+             asm.sb(4, 2, 1), asm.lw(7, 2, 0), asm.addi(5, 0, 3), asm.addi(5, 5, -1),
+             asm.bne(5, 0, -4)]
+HIGH_CODE.append(asm.jal(0, 0xFC - 4 * len(HIGH_CODE)))
+HIGH_CODE += [0] * (0xFC // 4 - len(HIGH_CODE))
+HIGH_CODE += [asm.jal(6, 8), asm.addi("a0", 0, 99), asm.xor("a0", 6, 7), asm.jalr(0, "ra", 0)]
 PROGRAMS = {"alu": ALU, "loop": LOOP, "branches": BRANCHES, "call": CALL, "memory": MEMORY,
-            "syscalls": SYSCALLS}
-IMAGES = {name: asm.image(words, {DATA + 8: b"hi!"} if name in ("memory", "syscalls") else None)
-          for name, words in PROGRAMS.items()}
+            "syscalls": SYSCALLS, "window": WINDOW}
+DATA_OF = {"memory": {DATA + 8: b"hi!"}, "syscalls": {DATA + 8: b"hi!"},
+           "window": {HIGH: b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in HIGH_CODE)}}
+IMAGES = {name: asm.image(words, DATA_OF.get(name)) for name, words in PROGRAMS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +92,8 @@ def test_generated_records_equal_the_reference(compiled, name):
 
 def test_exit_statuses():
     assert [trace.output(trace.run(IMAGES[n])[1])
-            for n in ("loop", "branches", "call", "memory", "syscalls")
-            ] == [(b"", 21), (b"", 6), (b"", 42), (b"hi!", 1), (b"hi!", 7)]
+            for n in ("loop", "branches", "call", "memory", "syscalls", "window")
+            ] == [(b"", 21), (b"", 6), (b"", 42), (b"hi!", 1), (b"hi!", 7), (b"", 0x78)]
 
 
 @pytest.mark.slow
@@ -107,13 +120,26 @@ def test_greedy_decoding_names_where_the_model_departs_from_the_reference(compil
 
 
 def test_run_refuses_what_the_model_lacks():
-    far = asm.image([*asm.li(1, 0x14000), asm.sw(1, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match="holds 0x10000..0x13c00 only"):
+    far = asm.image([*asm.li(1, 0x20000), asm.sw(1, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match=r"store of 4 bytes at 0x20000, outside memory "
+                                          r"0x10000..0x20000"):
         run.prepare_image(far, None, 10 ** 6)
-    # a load beyond the window would read page 15's cells (the registers): refused
-    beyond = asm.image([*asm.li(1, 0x13C00), asm.lw(2, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match="holds 0x10000..0x13c00 only"):
-        run.prepare_image(beyond, None, 10 ** 6)
+    # a load of a word that folds onto the registers' cells (0x13000 + 4 r, and every 16 KiB
+    # above) would read a register: refused, saying where they are
+    registers = asm.image([*asm.li(1, 0x1F008), asm.lw(2, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match=r"the word at 0x1f008 falls on the compiled "
+                                          r"machine's registers, which it keeps at "
+                                          r"0x13000..0x1308b and every 16 KiB above"):
+        run.prepare_image(registers, None, 10 ** 6)
+    # two words 16 KiB apart share a cell: refused, naming both
+    shared = asm.image([*asm.li(1, 0x14400), asm.sw(1, 1, 0), *asm.li(1, 0x18400),
+                        asm.sw(1, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match="the words at 0x14400 and 0x18400 fall on one cell"):
+        run.prepare_image(shared, None, 10 ** 6)
+    # ... the image's code too (its page is page 0 of the cells)
+    code = asm.image([*asm.li(1, 0x1C000), asm.lw(2, 1, 0), *asm.exit_with(0)])
+    with pytest.raises(run.Refused, match="the words at 0x10000 and 0x1c000 fall on one cell"):
+        run.prepare_image(code, None, 10 ** 6)
     with pytest.raises(run.Refused, match="M extension"):
         run.prepare_image(asm.image([asm.mul(1, 1, 1), *asm.exit_with(1)]), None, 10 ** 6)
 

@@ -50,12 +50,12 @@ def greedy(llm: Llama, ids: list[int], eos: int, max_new_tokens: int, draft: int
     ``n_tokens`` on).
 
     Lookup speculation (``draft`` > 0): after each token, up to ``draft`` more are guessed from
-    the context itself (``Lookup``, with ``records``: the trace's format) and evaluated in the same batch as it. The guesses that
-    the model's own argmax confirms are kept, in order, up to the first it does not; that
-    position's argmax is the next token. Every kept token is the argmax after exactly the
-    tokens before it, so the output is greedy decoding's, token for token; only the number
-    of forward passes changes (a batch of a few tokens costs little more than one: each
-    pass reads every weight and the whole KV cache)."""
+    the context itself (``Lookup``, with ``records``: the trace's format) and evaluated in the
+    same batch as it. The guesses that the model's own argmax confirms are kept, in order, up
+    to the first it does not; that position's argmax is the next token. Every kept token is
+    the argmax after exactly the tokens before it, so the output is greedy decoding's, token
+    for token; only the number of forward passes changes (a batch of 9 tokens costs about 4
+    passes of one on 2 cores: each pass reads every weight and the whole KV cache)."""
     n_ctx = llm.n_ctx()  # (0 when loaded: the model's own context, max_seq_len)
     common, limit = 0, min(llm.n_tokens, len(ids) - 1)
     while common < limit and int(llm.input_ids[common]) == ids[common]:

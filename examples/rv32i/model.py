@@ -4,10 +4,11 @@ image.
 
 Subset: all of RV32I (LUI, AUIPC, JAL, JALR, the six branches, the ALU immediates and
 registers with the shifts, the loads and stores of bytes, halves and words, FENCE as a no-op
-record, ECALL ``write`` as a byte a record and ``exit``) but the faults. Memory: the first
-15 KiB (3840 words at 0x10000..0x13C00, where the examples' code, data, bss and stack lie),
-so the vocabulary holds the A_hi tokens 0x00 and 0x40..0x4E and a cell is ``256 h + A_lo``
-with ``h`` 0 (registers and ports) or 1..15 (memory pages): 4096 values, one selection key.
+record, ECALL ``write`` as a byte a record and ``exit``) but the faults. Memory: the 64 KiB
+window at 0x10000, folded onto 4096 cells of 16 pages (below: a program's words must fall on
+distinct cells, and not on the registers'), so the vocabulary holds the A_hi tokens 0x00
+(registers, ports, the rest of their page) and 0x40 + p (the other 15 pages p), and a cell is
+12 bits: 4096 values, one selection key.
 
 Everything for record n is computed at the last token of record n-1 (the trigger) and printed
 by ``tw.emit``; values move as bits (a byte token's bits are embedding columns), and every
@@ -25,14 +26,22 @@ import torchwright_fx as tw
 from examples.rv32i import trace
 from examples.rv32i.trace import ADDR, BYTE, DUMP, EXIT, IMAGE, OUT, RECORD, RESUME
 
-MEM_WORDS = 3840  # memory cells: the 15 KiB at 0x10000..0x13C00 (code, data, bss, stack)
-HI = (0x00, *range(0x40, 0x40 + MEM_WORDS // 256))  # the A_hi tokens of the subset
+# A cell's address as the selections match it, 12 bits: its page (4 bits) and its low byte (8
+# bits); the keys are the positions that end a record. Memory word k of the 64 KiB window
+# (0x10000 + 4 k) is the cell of page (k >> 8) & 15 and low byte k & 255: the window folds onto
+# the 16 pages of 1 KiB, 16 KiB apart (trace.cell). The registers and ports (x0..x31, OUT,
+# EXIT, RESUME) are the first 35 cells of page REGISTER_PAGE: the memory words that fold onto
+# them (0x13000..0x1308B and its copies 16, 32 and 48 KiB up), and two words that fold onto
+# one cell, are refused by run.py. Page 12 leaves 12 KiB of code and data from 0x10000 and a
+# stack of 3.8 KiB below the window's end, or any other split of the 16 pages.
+WINDOW_WORDS = 16384  # 64 KiB at 0x10000
+CELLS = trace.CELLS  # 16 pages of 256
+REGISTER_PAGE = trace.REGISTER_PAGE
+# the A_hi tokens: 0x00 the register page, 0x40 + p page p (0x40 + REGISTER_PAGE is never
+# printed: its index keeps A_hi a linear map of the page's bits)
+HI = (0x00, *(0x40 + p for p in range(CELLS // 256)))
 VOCAB = tw.Vocab(trace.alphabet(HI))
-MAX_P = MEM_WORDS - 1  # the last word index
-# A cell's address as the selections match it, 12 bits: its page (4 bits: memory word k is in
-# page k >> 8, 0..14; registers and ports are page 15) and its low byte (8 bits); the keys are
-# the positions that end a record
-REGISTER_PAGE = 15
+MAX_P = WINDOW_WORDS - 1  # the last word index
 
 
 def _num(bits: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
@@ -192,9 +201,9 @@ def _store(word: torch.Tensor, off: list[torch.Tensor], f3: list[torch.Tensor],
 # is matched by its bits, whatever the length), and a run allocates only the context it uses.
 # The recency lobe of the reads is certified up to 138,969 positions at d_head 32.
 MAX_SEQ_LEN = 138240
-# The most a dump can print: every cell of the window, the 32 registers and the OUT, EXIT and
-# RESUME cells, and the RESUME record (contexts.py)
-MAX_DUMP = RECORD * (MEM_WORDS + 32 + 3 + 1)
+# The most a dump can print: every cell (memory, the 32 registers, the OUT, EXIT and RESUME
+# cells), and the RESUME record (contexts.py)
+MAX_DUMP = RECORD * (CELLS + 1)
 
 
 def dump_position(max_seq_len: int, dump_at: int | None = None) -> int:
@@ -223,9 +232,9 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         # -- the tokens (free: embedding columns) ------------------------------------------
         a_hi = [(j, h, t) for j, h in enumerate(HI) for t in (ADDR[h], DUMP[h], IMAGE[h])]
         start = tw.is_token(x, [t for _, _, t in a_hi])  # slot 0 of a record
-        # A_hi: 0 (registers, ports) or 0x40 + j (memory words 256 j ...): the cell's page
+        # A_hi: 0 (the register page) or 0x40 + j (page j): the cell's page
         hi = tw.lookup(x, {t: j for j, _, t in a_hi})
-        page = [tw.lookup(x, {t: (j - 1 if j else REGISTER_PAGE) >> i & 1 for j, _, t in a_hi})
+        page = [tw.lookup(x, {t: (h - 0x40 if h else REGISTER_PAGE) >> i & 1 for _, h, t in a_hi})
                 for i in range(4)]
         dumped = tw.is_token(x, [DUMP[h] for h in HI])  # a record of a state dump
         imaged = tw.is_token(x, [IMAGE[h] for h in HI])  # a record of the prompt's image
@@ -250,7 +259,10 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         cell = 256 * at7[:, 1:2] + _num(low, 0, 8)
         value = torch.cat([near[:, 16:24], near[:, 8:16], near[:, 0:8], s2[:, :8]], -1)  # V0..V3
         p_bits = s1  # P_hi (the page of word P), then P_lo: this token
-        p = torch.clamp(256 * _num(p_bits, 0, 8) + byte, 0, MAX_P)  # (any value off triggers)
+        # P at a record's end (P_hi < 64 in the window: its two top bits are left out), in a
+        # column of its own: read as a sum of this token's lookup, it would keep the
+        # embedding's one-hot token columns live for every late reader
+        p = _when(trigger, 256 * _num(p_bits, 0, 6) + byte, torch.zeros_like(byte))
         key = torch.cat([at7[:, 2:6], low], -1)  # the address bits
         was_dump = at7[:, 6:7]  # the record that ends here is a dump's
         was_image = at7[:, 7:8]  # ... the image's (a prompt's: its cell is dumped only if written)
@@ -328,12 +340,20 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         b = _when(use_r2, r2, imm)
         is_sub = is_op * f3_is[0] * ins[:, 30:31]
         b_add = _when(is_sub, 1 - b, b)
-        # pc and pc + 4 as bytes: pc = 0x10000 + 4 P
+        # pc and pc + 4 as bytes: pc = 0x10000 + 4 P; pc + 4 carries into byte 1 when P's low
+        # 6 bits are all 1 (never into byte 2: run.py refuses an instruction at the window's
+        # last word). From p and P_hi's bits (the token before): a late read of this token's
+        # own lookups (byte, bits) would keep the embedding's one-hot token columns live
+        # until then, one per byte token
         p_next = p + 1
-        pc_hi = torch.floor(p / 64)
-        pc_bytes = [4 * (p - 64 * pc_hi), pc_hi, torch.ones_like(p), torch.zeros_like(p)]
-        link_hi = torch.floor(p_next / 64)
-        link = [4 * (p_next - 64 * link_hi), link_hi, torch.ones_like(p), torch.zeros_like(p)]
+        p_hi6 = _when(trigger, _num(p_bits, 0, 6), torch.zeros_like(p))  # P_hi (0 elsewhere)
+        p_lo = tw.claim(p - 256 * p_hi6, 0, 255, integral=True)  # P_lo
+        quarter = sum((p_lo >= 64 * k).float() for k in (1, 2, 3))  # P_lo >> 6
+        p_lo6 = p_lo - 64 * quarter
+        pc_hi = quarter + 4 * p_hi6
+        pc_bytes = [4 * p_lo6, pc_hi, torch.ones_like(p), torch.zeros_like(p)]
+        c6 = (p_lo6 == 63).float()
+        link = [4 * (p_lo6 + 1 - 64 * c6), pc_hi + c6, torch.ones_like(p), torch.zeros_like(p)]
         a_bytes = [_when(is_auipc, pc_k, _when(is_lui, 0.0, r_k))
                    for pc_k, r_k in zip(pc_bytes, _bytes(r1), strict=True)]
         total = [tw.claim(t, 0, 255, integral=True)
@@ -388,8 +408,8 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                 | ((f3b[5] | f3b[7]) & ~slt.bool()))
         taken = (is_branch.bool() & cond).float()
         imm_b = torch.cat([ins[:, 8:12], ins[:, 25:31], ins[:, 7:8], ins[:, 31:32]], -1)
-        jump_b = _signed(imm_b, 1, 12)  # offset / 4 (bit 1 is 0 in aligned code)
         imm_j = torch.cat([ins[:, 21:31], ins[:, 20:21], ins[:, 12:20], ins[:, 31:32]], -1)
+        jump_b = _signed(imm_b, 1, 12)  # offset / 4 (bit 1 is 0 in aligned code)
         jump_j = _signed(imm_j, 1, 20)
         nxt = (p_next + _when(taken, jump_b - 1, zero) + _when(is_jal, jump_j - 1, zero)
                + _when(is_jalr, word_index - p_next, zero) - write_byte)
@@ -410,10 +430,10 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                          _when(case["writes"], rd, zero),
                          _when(dumped, _num(dump_cell, 4, 12), zero),
                          _when(resume, float(RESUME), zero))
-        # A_hi: its index in HI (0 registers and ports, 1 + page memory), + 16 for a dump's
-        registers = tw.equals(dump_cell[:, 0:4], [1.0] * 4)  # page 15
+        # A_hi: its index in HI (0 the register page, else 1 + page), + len(HI) for a dump's
+        registers = tw.equals(dump_cell[:, 0:4], [float(REGISTER_PAGE >> i & 1) for i in range(4)])
         target_hi = _any(_when(case["store"], 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero),
-                         _when(dumped, _num(dump_cell, 0, 4) + 1 - 16 * registers
+                         _when(dumped, _num(dump_cell, 0, 4) + 1 - (1 + REGISTER_PAGE) * registers
                                + float(dump0 - addr0), zero))
         vbytes = []
         for k in range(4):
@@ -424,10 +444,12 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                      _when(case["writes"], result[k], zero),
                      _when(dumped, _bytes(dump_value)[k], zero))
             vbytes.append(tw.claim(v, 0, 255, integral=True))
-        nxt = _when(dumping, p, nxt)  # a dump's records keep the pc to resume at
+        # a dump's records keep the pc to resume at
+        nxt = _when(dumping, p, nxt)
         nxt_hi = torch.floor(nxt / 256)
+        nxt_lo = tw.claim(nxt - 256 * nxt_hi, 0, 255, integral=True)
         codes = [addr0 + target_hi, byte0 + target_lo,
-                 *[byte0 + v for v in vbytes], byte0 + nxt_hi, byte0 + nxt - 256 * nxt_hi]
+                 *[byte0 + v for v in vbytes], byte0 + nxt_hi, byte0 + nxt_lo]
         stop = exited.bool() | (resumed.bool() & late)
         fire = (trigger.bool() & ~stop).float()
         held = tw.latch(torch.cat(codes, -1), fire)

@@ -14,7 +14,8 @@ length is chosen from the program's footprint (``context_for``) unless ``--max-s
 given; the dump position leaves room for the largest dump.
 
 Today the model is ``model.py``'s: a program outside it (a fault, the M extension, memory
-beyond its 15 KiB, a state too large for the context) is refused before it runs, with the
+beyond its 64 KiB window, two words on one of its 4096 cells, a state too large for the
+context) is refused before it runs, with the
 reason (the reference runs it first, so a program that never exits needs
 ``--max-instructions``).
 """
@@ -123,15 +124,8 @@ def prepare_image(image: elf.Image, max_instructions: int | None,
         exited = m.run(max_instructions, steps)
     except Fault as f:
         raise Refused(f"the reference refuses the program: {f}") from None
-    end = elf.BASE + 4 * _model().MEM_WORDS
-    window = f"the compiled machine holds {elf.BASE:#x}..{end:#x} only"
-    for s in steps:
-        if s.next_pc >= end or (s.store and s.store[0] >= end) or \
-                (s.reads and s.reads[1] and s.reads[0] + s.reads[1] > end):
-            raise Refused(f"pc {s.pc:#x}: {window}")
+    check_cells(steps, image)
     text = trace.prompt(image)
-    if any(w >= end for w in _nonzero_words(image)):
-        raise Refused(f"the image has nonzero words beyond {end:#x}: {window}")
     recs = trace.records(steps)
     first = trace.parse(text)
     state, longest = _state_tokens(recs), _longest_write(recs)
@@ -158,6 +152,51 @@ def prepare_image(image: elf.Image, max_instructions: int | None,
 def _nonzero_words(image: elf.Image) -> list[int]:
     mem = image.memory
     return [image.base + i for i in range(0, len(mem), 4) if any(mem[i:i + 4])]
+
+
+def check_cells(steps: list[Step], image: elf.Image) -> None:
+    """Refuses a run whose memory the compiled machine cannot hold: a word outside its 64 KiB
+    window, two words on one cell (the window folds onto 16 KiB: trace.cell), or a word on
+    the registers' cells. Every word the run touches counts: the image's nonzero words, and
+    each fetch, load, store and write buffer."""
+    end = elf.BASE + 4 * _model().WINDOW_WORDS
+    owner: dict[int, int] = {}  # cell -> the address of the first word found on it
+
+    def touch(address: int, pc: int | None) -> None:
+        where = f"pc {pc:#x}: " if pc is not None else "the image: "
+        if not elf.BASE <= address < end:
+            raise Refused(f"{where}address {address:#x}: the compiled machine holds "
+                          f"{elf.BASE:#x}..{end:#x} only")
+        word = address & ~3
+        c = trace.cell(trace.index(word))
+        if c < trace.PORTS:
+            reg = elf.BASE + 4 * trace.PAGE_WORDS * trace.REGISTER_PAGE
+            raise Refused(
+                f"{where}the word at {word:#x} falls on the compiled machine's registers, "
+                f"which it keeps at {reg:#x}..{reg + 4 * trace.PORTS - 1:#x} and every 16 "
+                f"KiB above (its 64 KiB window folds onto 16 KiB): keep code and data below "
+                f"{reg:#x} and the stack above {reg + 0xC000 + 4 * trace.PORTS:#x} "
+                f"(examples/rv32i/c/link.ld does)")
+        first = owner.setdefault(c, word)
+        if first != word:
+            raise Refused(
+                f"{where}the words at {first:#x} and {word:#x} fall on one cell of the compiled "
+                f"machine (its 64 KiB window folds onto 16 KiB: words 16 KiB apart share a "
+                f"cell): the program's memory must fit 16 KiB of distinct cells, e.g. code and "
+                f"data from {elf.BASE:#x} and the stack below {end:#x}, "
+                f"{4 * trace.CELLS // 1024} KiB in all")
+
+    for w in _nonzero_words(image):
+        touch(w, None)
+    for s in steps:
+        touch(s.pc, s.pc)
+        if s.store:
+            touch(s.store[0], s.pc)
+        if s.reads and s.reads[1]:
+            for a in range(s.reads[0] & ~3, s.reads[0] + s.reads[1], 4):
+                touch(a, s.pc)
+        if s.exit is None and not elf.BASE <= s.next_pc < end:
+            touch(s.next_pc, s.pc)
 
 
 _PROGRAMS: dict[tuple[int, int | None], object] = {}

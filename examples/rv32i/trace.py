@@ -6,14 +6,16 @@ Every record is 8 tokens, ``A_hi A_lo V0 V1 V2 V3 P_hi P_lo``:
 
 - ``A = 256 A_hi + A_lo``, the target of the one write the instruction performs: 0 nothing
   (V = 0: x0 reads back as 0), 1..31 a register, ``OUT`` (32) one byte of a ``write`` to
-  stdout, ``EXIT`` (33) the exit status, ``MEM + k`` the memory word at ``0x10000 + 4 k``;
+  stdout, ``EXIT`` (33) the exit status, ``cell(k)`` the memory word at ``0x10000 + 4 k``
+  (the 64 KiB window folds onto 4096 cells: ``MEM`` + the word's page mod 16 and low byte,
+  or, on the register page, the low byte alone);
 - ``V`` the 32-bit value written, little-endian bytes (OUT: V0 the byte, V1 V2 how many bytes
   of this ``write`` are out, V3 = 0; EXIT: V0 the status);
 - ``P = 256 P_hi + P_lo``, the next pc as a word index: ``pc = 0x10000 + 4 P``.
 
 ``A_hi`` is drawn from an alphabet of its own (``ADDR``), which marks where a record starts;
 every other slot is a byte token (``BYTE``). The prompt is ``<bos>`` and one record per nonzero
-word of the memory image (``A = MEM + k``, ``P`` = the entry point), their ``A_hi`` from a third
+word of the memory image (``A = cell(k)``, ``P`` = the entry point), their ``A_hi`` from a third
 alphabet (``IMAGE``: every prompt starts with the image, and a state dump leaves those cells
 out unless the program wrote them); registers start at 0 and need no record. A ``write`` of n
 bytes prints n OUT records, whose P stays at the ECALL, then the record of ``a0 = n`` with P
@@ -31,6 +33,10 @@ from examples.rv32i.reference import Machine, Step
 RECORD = 8
 OUT, EXIT, RESUME = 32, 33, 34
 MEM = 0x4000  # A of the word at BASE: registers and ports sit below it
+# The cells the reads match (model.py): 16 pages of 256. Page REGISTER_PAGE holds the registers
+# and ports (x0..x31, OUT, EXIT, RESUME: its first PORTS cells) and memory in the rest; its
+# A_hi is 0 (A < 256), every other page p's 0x40 + p.
+CELLS, PAGE_WORDS, REGISTER_PAGE, PORTS = 4096, 256, 12, 35
 BYTE = [chr(0x100 + b) for b in range(256)]  # 'Ā' ...: the value of a byte token is b
 ADDR = [chr(0x300 + h) for h in range(128)]  # the A_hi tokens (15-bit targets)
 DUMP = [chr(0x380 + h) for h in range(128)]  # the A_hi tokens of a state dump's records
@@ -70,9 +76,18 @@ class Record:
         a = self.target
         what = ("-" if a == 0 else f"x{a}" if a < 32 else "out" if a == OUT else "exit"
                 if a == EXIT else "resume" if a == RESUME else
-                f"mem[{BASE + 4 * (a - MEM):#x}]" if a >= MEM else f"?{a}")
+                f"mem[{BASE + 4 * (a - MEM):#x} mod 16 KiB]" if a >= MEM else
+                f"mem[{BASE + 4 * (PAGE_WORDS * REGISTER_PAGE + a):#x} mod 16 KiB]")
         kind = "dump " if self.dump else "image " if self.image else ""
         return f"{kind}{what}={self.value:#x} pc={self.pc:#x}"
+
+
+def cell(k: int) -> int:
+    """A of memory word ``k`` of the window (0x10000 + 4 k): its page mod 16 and low byte.
+    Words 16 KiB apart share a cell, and the register page's first PORTS cells are the
+    registers': run.py refuses a program whose words meet on a cell."""
+    page, low = k // PAGE_WORDS % (CELLS // PAGE_WORDS), k % PAGE_WORDS
+    return low if page == REGISTER_PAGE else MEM + PAGE_WORDS * page + low
 
 
 def index(pc: int) -> int:
@@ -85,7 +100,7 @@ def prompt(image: Image) -> str:
     entry = index(image.entry)
     mem = image.memory
     words = (int.from_bytes(mem[i:i + 4], "little") for i in range(0, len(mem), 4))
-    return "".join(Record(MEM + k, w, entry, image=True).text()
+    return "".join(Record(cell(k), w, entry, image=True).text()
                    for k, w in enumerate(words) if w)
 
 
@@ -100,7 +115,7 @@ def records(steps: Iterable[Step]) -> list[Record]:
         if s.exit is not None:
             out.append(Record(EXIT, s.exit, nxt))
         elif s.store is not None:
-            out.append(Record(MEM + index(s.store[0] & ~3), s.mem_word, nxt))
+            out.append(Record(cell(index(s.store[0] & ~3)), s.mem_word, nxt))
         else:
             out.append(Record(s.rd, s.value, nxt))
     return out

@@ -115,14 +115,19 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
 
     vocab = 2 * len(prog.vocab)
 
-    def layer_cost() -> tuple[int, int]:
+    def layer_cost() -> tuple[int, int, int]:
         per = [head_cost * heads[k] + lane_cost * lanes[k] for k in range(n)]
-        return (head_cost * max(heads[k] for k in range(n))
-                + lane_cost * max(lanes[k] for k in range(n)), sum(c * c for c in per))
+        most_heads = max(heads[k] for k in range(n))
+        most_lanes = max(lanes[k] for k in range(n))
+        # (the layers at the most heads or lanes: a move that empties one of them is a step
+        # towards a narrower shape even while another layer still holds as many)
+        at_most = sum(head_cost * (heads[k] == most_heads) + lane_cost * (lanes[k] == most_lanes)
+                      for k in range(n))
+        return head_cost * most_heads + lane_cost * most_lanes, at_most, sum(c * c for c in per)
 
-    def cost(peak: int) -> tuple[int, int]:
-        widest, spread = layer_cost()
-        return (peak + 2) * (n * widest + vocab), spread
+    def cost(peak: int) -> tuple[int, int, int]:
+        widest, at_most, spread = layer_cost()
+        return (peak + 2) * (n * widest + vocab), at_most, spread
 
     occupancy = Occupancy(prog, stage)
     peak = occupancy.peak()

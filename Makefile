@@ -188,7 +188,7 @@ RV_DEPS := $(RV_DIR)/c/crt0.S $(RV_DIR)/c/rt.c $(RV_DIR)/c/sys.h $(RV_DIR)/c/lin
 rv32i-elfs: $(RV_ELFS)
 
 $(RV_DIR)/elf/%.elf: $(RV_DIR)/c/%.c $(RV_DEPS)
-	$(RV_CC) $(RV_CFLAGS) -T $(RV_DIR)/c/link.ld -Wl,--build-id=none -o $@ \
+	$(RV_CC) $(RV_CFLAGS) -T $(RV_DIR)/c/link.ld -Wl,--build-id=none -Wl,--no-warn-rwx-segments -o $@ \
 		$(RV_DIR)/c/crt0.S $< $(RV_DIR)/c/rt.c -lgcc
 
 rv32i-qemu: $(STAMP)

@@ -127,9 +127,9 @@ def test_run_refuses_what_the_model_lacks():
     # a load of a word that folds onto the registers' cells (0x13000 + 4 r, and every 16 KiB
     # above) would read a register: refused, saying where they are
     registers = asm.image([*asm.li(1, 0x1F008), asm.lw(2, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match=r"the word at 0x1f008 falls on the compiled "
-                                          r"machine's registers, which it keeps at "
-                                          r"0x13000..0x1308b and every 16 KiB above"):
+    with pytest.raises(run.Refused, match=r"the word at 0x1f008 \(4.0 KiB below 0x20000\) falls "
+                                          r"on the compiled machine's registers, which it keeps "
+                                          r"at 0x13000..0x1308b and every 16 KiB above"):
         run.prepare_image(registers, None, 10 ** 6)
     # two words 16 KiB apart share a cell: refused, naming both
     shared = asm.image([*asm.li(1, 0x14400), asm.sw(1, 1, 0), *asm.li(1, 0x18400),
@@ -138,7 +138,9 @@ def test_run_refuses_what_the_model_lacks():
         run.prepare_image(shared, None, 10 ** 6)
     # ... the image's code too (its page is page 0 of the cells)
     code = asm.image([*asm.li(1, 0x1C000), asm.lw(2, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match="the words at 0x10000 and 0x1c000 fall on one cell"):
+    with pytest.raises(run.Refused, match=r"the words at 0x10000 and 0x1c000 \(16.0 KiB below "
+                                          r"0x20000\) fall on one cell.*stack within 3,956 "
+                                          r"bytes below 0x20000 \(down to 0x1f08c\)"):
         run.prepare_image(code, None, 10 ** 6)
     with pytest.raises(run.Refused, match="M extension"):
         run.prepare_image(asm.image([asm.mul(1, 1, 1), *asm.exit_with(1)]), None, 10 ** 6)

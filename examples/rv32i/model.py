@@ -33,7 +33,7 @@ from examples.rv32i.trace import ADDR, BYTE, DUMP, EXIT, IMAGE, OUT, RECORD, RES
 # EXIT, RESUME) are the first 35 cells of page REGISTER_PAGE: the memory words that fold onto
 # them (0x13000..0x1308B and its copies 16, 32 and 48 KiB up), and two words that fold onto
 # one cell, are refused by run.py. Page 12 leaves 12 KiB of code and data from 0x10000 and a
-# stack of 3.8 KiB below the window's end, or any other split of the 16 pages.
+# stack of 3,956 bytes below the window's end, or any other split of the 16 pages.
 WINDOW_WORDS = 16384  # 64 KiB at 0x10000
 CELLS = trace.CELLS  # 16 pages of 256
 REGISTER_PAGE = trace.REGISTER_PAGE

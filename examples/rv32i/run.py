@@ -160,6 +160,21 @@ def check_cells(steps: list[Step], image: elf.Image) -> None:
     the registers' cells. Every word the run touches counts: the image's nonzero words, and
     each fetch, load, store and write buffer."""
     end = elf.BASE + 4 * _model().WINDOW_WORDS
+    registers = elf.BASE + 4 * trace.PAGE_WORDS * trace.REGISTER_PAGE  # 0x13000
+    ports = 4 * trace.PORTS  # the bytes of the registers' cells
+    stack_floor = registers + 0xC000 + ports  # the stack's last free word below `end`
+    fits = (f"a program fits when its code, data and bss stay below {registers:#x} (as "
+            f"examples/rv32i/c/link.ld keeps them) and its stack within "
+            f"{end - stack_floor:,} bytes below {end:#x} (down to {stack_floor:#x}): "
+            f"make large local arrays static, or recurse less; any other layout fits where no "
+            f"two words it touches are 16 KiB apart")
+
+    def what(word: int) -> str:
+        """An address, and how far below the window's end (where stacks start) if near it."""
+        if word >= end - 0x4000:
+            return f"{word:#x} ({(end - word) / 1024:.1f} KiB below {end:#x})"
+        return f"{word:#x}"
+
     owner: dict[int, int] = {}  # cell -> the address of the first word found on it
 
     def touch(address: int, pc: int | None) -> None:
@@ -170,21 +185,16 @@ def check_cells(steps: list[Step], image: elf.Image) -> None:
         word = address & ~3
         c = trace.cell(trace.index(word))
         if c < trace.PORTS:
-            reg = elf.BASE + 4 * trace.PAGE_WORDS * trace.REGISTER_PAGE
             raise Refused(
-                f"{where}the word at {word:#x} falls on the compiled machine's registers, "
-                f"which it keeps at {reg:#x}..{reg + 4 * trace.PORTS - 1:#x} and every 16 "
-                f"KiB above (its 64 KiB window folds onto 16 KiB): keep code and data below "
-                f"{reg:#x} and the stack above {reg + 0xC000 + 4 * trace.PORTS:#x} "
-                f"(examples/rv32i/c/link.ld does)")
+                f"{where}the word at {what(word)} falls on the compiled machine's registers, "
+                f"which it keeps at {registers:#x}..{registers + ports - 1:#x} and every 16 "
+                f"KiB above (its 64 KiB window folds onto 16 KiB of cells): {fits}")
         first = owner.setdefault(c, word)
         if first != word:
             raise Refused(
-                f"{where}the words at {first:#x} and {word:#x} fall on one cell of the compiled "
-                f"machine (its 64 KiB window folds onto 16 KiB: words 16 KiB apart share a "
-                f"cell): the program's memory must fit 16 KiB of distinct cells, e.g. code and "
-                f"data from {elf.BASE:#x} and the stack below {end:#x}, "
-                f"{4 * trace.CELLS // 1024} KiB in all")
+                f"{where}the words at {what(first)} and {what(word)} fall on one cell of the "
+                f"compiled machine (its 64 KiB window folds onto 16 KiB of cells: words 16 KiB "
+                f"apart share one): {fits}")
 
     for w in _nonzero_words(image):
         touch(w, None)

@@ -430,11 +430,14 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
                          _when(case["writes"], rd, zero),
                          _when(dumped, _num(dump_cell, 4, 12), zero),
                          _when(resume, float(RESUME), zero))
-        # A_hi: its index in HI (0 the register page, else 1 + page), + len(HI) for a dump's
-        registers = tw.equals(dump_cell[:, 0:4], [float(REGISTER_PAGE >> i & 1) for i in range(4)])
-        target_hi = _any(_when(case["store"], 1 + _num(torch.cat(addr[10:14], -1), 0, 4), zero),
-                         _when(dumped, _num(dump_cell, 0, 4) + 1 - (1 + REGISTER_PAGE) * registers
-                               + float(dump0 - addr0), zero))
+        # A_hi: its index in HI (0 the register page, whose memory words print as its
+        # registers do, else 1 + page), + len(HI) for a dump's
+        def hi_index(page_bits: torch.Tensor) -> torch.Tensor:
+            on_registers = tw.equals(page_bits, [float(REGISTER_PAGE >> i & 1) for i in range(4)])
+            return _num(page_bits, 0, 4) + 1 - (1 + REGISTER_PAGE) * on_registers
+
+        target_hi = _any(_when(case["store"], hi_index(torch.cat(addr[10:14], -1)), zero),
+                         _when(dumped, hi_index(dump_cell[:, 0:4]) + float(dump0 - addr0), zero))
         vbytes = []
         for k in range(4):
             v = _any(_when(case["exit"], _num(a0, 0, 8) if k == 0 else zero, zero),

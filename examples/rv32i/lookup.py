@@ -137,47 +137,41 @@ class Lookup:
         dump = self._dump(seq)
         if dump is not None:
             return dump[:most]
-        return self._ngrams(seq, most) or self._same_pc(seq, most)
+        return (self._chain(seq, most, self.next, lambda tail, _: tuple(tail[-NGRAM:]))
+                or self._chain(seq, most, self.at_pc, self._pc_key))
 
-    def _ngrams(self, seq: list[int], most: int) -> list[int]:
+    def _chain(self, seq: list[int], most: int, table: dict, key) -> list[int]:
+        """Guesses from ``table`` while the product of their odds stays >= SURE; ``key`` of
+        the context's tail (and where in the context it starts), each guess appended, gives
+        the next entry (None: no key)."""
+        extra = self.records.length + 2 if self.records else 0
+        tail = seq[-(NGRAM + extra):]
+        base = len(seq) - len(tail)
         out: list[int] = []
-        tail = seq[-NGRAM:]
         odds = 1.0
         while len(out) < most:
-            e = self.next.get(tuple(tail))
+            k = key(tail, base)
+            e = table.get(k) if k is not None else None
             if e is None:
                 break
             odds *= _odds(e[1])
             if odds < SURE:
                 break
             out.append(e[0])
-            tail = tail[1:] + [e[0]]
+            tail.append(e[0])
         return out
 
-    def _same_pc(self, seq: list[int], most: int) -> list[int]:
-        """The record printed the last times at this pc, from the tokens of the current
-        record so far, with the n-grams' odds."""
+    def _pc_key(self, tail: list[int], base: int) -> tuple[int, ...] | None:
+        """(the previous record's P tokens, the current record's tokens so far): the record
+        printed the last times at this pc."""
         if self.records is None:
-            return []
-        n = self.records.length
-        start = len(seq) - (len(seq) - 1) % n  # where the current record starts
-        if start - 2 < 1:
-            return []
-        pc, record = seq[start - 2:start], seq[start:]
-        out: list[int] = []
-        odds = 1.0
-        while len(out) < most:
-            e = self.at_pc.get((*pc, *record))
-            if e is None:
-                break
-            odds *= _odds(e[1])
-            if odds < SURE:
-                break
-            out.append(e[0])
-            record = [*record, e[0]]
-            if len(record) == n:
-                pc, record = record[-2:], []
-        return out
+            return None
+        end = base + len(tail)
+        start = end - (end - 1) % self.records.length  # where the current record starts
+        i = start - base
+        if start - 2 < 1 or i < 2:
+            return None
+        return (*tail[i - 2:i], *tail[i:])
 
     def _dump(self, seq: list[int]) -> list[int] | None:
         """The rest of the state dump, once the context has reached it; None before (and for

@@ -144,6 +144,23 @@ def test_run_refuses_what_the_model_lacks():
                                           r"0x20000\) fall on one cell.*stack within 3,956 "
                                           r"bytes below 0x20000 \(down to 0x1f08c\)"):
         run.prepare_image(code, None, 10 ** 6)
+    # a JAL in the window's last word would link to 0x20000: refused; one word lower, it runs
+    last = [*asm.li(1, 0x1FFF8), asm.jalr(0, 1, 0)]  # then exit, at 0x1000c
+    tail = {0x1FFF8: b"".join((w & 0xFFFFFFFF).to_bytes(4, "little")
+                              for w in (asm.addi("a0", 0, 5), asm.jal("ra", 0x1000C - 0x1FFFC)))}
+    with pytest.raises(run.Refused, match="pc 0x1fffc: an instruction in the window's last word"):
+        run.prepare_image(asm.image([*last, *asm.exit_with("a0")], tail), None, 10 ** 6)
+    lower = {0x1FFF4: b"".join((w & 0xFFFFFFFF).to_bytes(4, "little")
+                               for w in (asm.addi("a0", 0, 5), asm.jal("ra", 0x1000C - 0x1FFF8)))}
+    jump = [*asm.li(1, 0x1FFF4), asm.jalr(0, 1, 0)]
+    assert run.prepare_image(asm.image([*jump, *asm.exit_with("a0")], lower), None,
+                             10 ** 6).exited
+    # the advice, followed: a stack word within 3,956 bytes of 0x20000, and words that are not
+    # 16 KiB apart, run
+    for fixed in ([*asm.li(1, 0x1F08C), asm.lw(2, 1, 0)],
+                  [*asm.li(1, 0x14400), asm.sw(1, 1, 0), *asm.li(1, 0x18800), asm.sw(1, 1, 0)],
+                  [*asm.li(1, 0x1FF00), asm.lw(2, 1, 0)]):
+        assert run.prepare_image(asm.image([*fixed, *asm.exit_with(0)]), None, 10 ** 6).exited
     with pytest.raises(run.Refused, match="M extension"):
         run.prepare_image(asm.image([asm.mul(1, 1, 1), *asm.exit_with(1)]), None, 10 ** 6)
 

@@ -156,9 +156,10 @@ def _nonzero_words(image: elf.Image) -> list[int]:
 
 def check_cells(steps: list[Step], image: elf.Image) -> None:
     """Refuses a run whose memory the compiled machine cannot hold: a word outside its 64 KiB
-    window, two words on one cell (the window folds onto 16 KiB: trace.cell), or a word on
-    the registers' cells. Every word the run touches counts: the image's nonzero words, and
-    each fetch, load, store and write buffer."""
+    window, two words on one cell (the window folds onto 16 KiB: trace.cell), a word on the
+    registers' cells, or an instruction in the window's last word. Every word the run
+    touches counts: the image's nonzero words, and each fetch, load, store and write
+    buffer."""
     end = elf.BASE + 4 * _model().WINDOW_WORDS
     registers = elf.BASE + 4 * trace.PAGE_WORDS * trace.REGISTER_PAGE  # 0x13000
     ports = 4 * trace.PORTS  # the bytes of the registers' cells
@@ -200,6 +201,9 @@ def check_cells(steps: list[Step], image: elf.Image) -> None:
         touch(w, None)
     for s in steps:
         touch(s.pc, s.pc)
+        if s.pc == end - 4:  # its pc + 4 (a JAL's or JALR's link) would be 0x20000
+            raise Refused(f"pc {s.pc:#x}: an instruction in the window's last word, whose "
+                          f"pc + 4 the compiled machine does not hold: end the code below it")
         if s.store:
             touch(s.store[0], s.pc)
         if s.reads and s.reads[1]:

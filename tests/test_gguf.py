@@ -209,3 +209,30 @@ def test_relu_machine_is_refused(example, tmp_path):
     with pytest.raises(tw.CompileError, match="llama.cpp has no architecture with a gated-ReLU"):
         save_gguf(program.weights, program.vocab, tmp_path / "r.gguf")
     assert not list(tmp_path.iterdir())
+
+
+def test_writers_racing_for_one_file_publish_a_whole_one(example, tmp_path):
+    """Two writers of one cache entry at once (two runs of a command with a cold cache): each
+    stages a file of its own, so what is published is always one writer's whole file."""
+    import threading
+
+    ex = example("binary_increment")
+    m, vocab = ex.program.weights, ex.program.vocab
+    alone = save_gguf(m, vocab, tmp_path / "alone.gguf", name="x").read_bytes()
+    target = tmp_path / "raced.gguf"
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            save_gguf(m, vocab, target, name="x")
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert target.read_bytes() == alone
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []

@@ -31,6 +31,7 @@ cache (``-fa off -ctk f32 -ctv f32``): queries reach ~1e8, and an f16 cache or f
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -177,7 +178,12 @@ def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
     arch, n_rot, freq_base = layout(m)
     target = Path(path).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.partial")
+    # a staging file of its own (two processes writing one cache entry at once must not write
+    # into one file: the first to finish would publish the other's half-written bytes)
+    fd, staged = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
+                                  dir=target.parent)
+    os.close(fd)
+    staging = Path(staged)
 
     w = gguf.GGUFWriter(str(staging), arch)
     w.add_name(name or "torchwright_fx program")
@@ -217,6 +223,7 @@ def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
+        staging.chmod(0o644)  # mkstemp creates 0600; a model file is ordinary shared data
         os.replace(staging, target)  # never leave a half-written file under the real name
     except BaseException:
         w.close()

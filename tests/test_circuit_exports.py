@@ -86,6 +86,9 @@ def test_edges_are_the_weights_connectivity(saved):
     n_layers, n_heads, d_head = (config["num_hidden_layers"], config["num_attention_heads"],
                                  config["head_dim"])
     d_ff, width = config["intermediate_size"], n_heads * d_head
+    kv_heads = config["num_key_value_heads"]
+    kv_width = kv_heads * d_head
+    rotary = round(config["partial_rotary_factor"] * d_head)
     skip = {circ["constant_column"], *circ["pin_columns"]}
 
     def cols(m: torch.Tensor) -> set[int]:  # residual columns a [rows, d] block touches
@@ -100,9 +103,18 @@ def test_edges_are_the_weights_connectivity(saved):
         for h in range(n_heads):
             rows = slice(h * d_head, (h + 1) * d_head)
             writers.append((f"a{L}.h{h}", 2 * L, cols(o[:, rows].T)))
-            for j, x in enumerate("qkv"):
-                block = qkv[j * width:(j + 1) * width][rows]
-                readers.append((f"a{L}.h{h}<{x}>", 2 * L, cols(block)))
+            # head h's K and V rows are those of its group's block (shared where kv_heads <
+            # n_heads: emit/kv_groups.py) that it uses: the K rows its Q meets (a rotary plane
+            # as a whole), the V rows its O reads
+            g = h // (n_heads // kv_heads)
+            block = slice(g * d_head, (g + 1) * d_head)
+            q = qkv[rows]
+            used = q.ne(0).any(-1)
+            used[:rotary] |= used[:rotary].roll(rotary // 2) if rotary else used[:rotary]
+            keys = qkv[width:width + kv_width][block][used]
+            values = qkv[width + kv_width:][block][o[:, rows].ne(0).any(0)]
+            for x, read in zip("qkv", (q, keys, values), strict=True):
+                readers.append((f"a{L}.h{h}<{x}>", 2 * L, cols(read)))
         for i in range(d_ff):
             writers.append((f"m{L}", 2 * L + 1, cols(down[:, i:i + 1].T)))
             gate_up = cols(gu[i:i + 1]) | cols(gu[d_ff + i:d_ff + i + 1])

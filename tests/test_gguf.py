@@ -42,8 +42,9 @@ def _same_bits(a: np.ndarray, tensor: torch.Tensor) -> bool:
 
 
 def _unpermute(w: np.ndarray, m) -> np.ndarray:
+    """A Q or K projection (of any number of heads) back in Phi-3's rotate_half order."""
     inverse = np.argsort(rotary_permutation(m.d_head, rotary_dim(m)))
-    return w.reshape(m.n_heads, m.d_head, -1)[:, inverse].reshape(m.n_heads * m.d_head, -1)
+    return w.reshape(-1, m.d_head, w.shape[-1])[:, inverse].reshape(w.shape)
 
 
 @pytest.fixture(scope="module", params=EXAMPLES)
@@ -65,7 +66,8 @@ def test_metadata(written):
     assert f[f"{arch}.embedding_length"] == m.d_model
     assert f[f"{arch}.block_count"] == m.n_layers
     assert f[f"{arch}.feed_forward_length"] == m.d_ff
-    assert f[f"{arch}.attention.head_count"] == f[f"{arch}.attention.head_count_kv"] == m.n_heads
+    assert f[f"{arch}.attention.head_count"] == m.n_heads
+    assert f[f"{arch}.attention.head_count_kv"] == m.kv_heads
     assert f[f"{arch}.attention.key_length"] == f[f"{arch}.attention.value_length"] == m.d_head
     assert f["general.file_type"] == 0  # all f32
     assert f["general.name"] == ex.program.fn.__name__
@@ -124,6 +126,8 @@ def _llama_logits(reader, ids: list[int]) -> torch.Tensor:
     a = f["general.architecture"]
     heads, dh, n_rot = (f[f"{a}.attention.head_count"], f[f"{a}.attention.key_length"],
                         f[f"{a}.rope.dimension_count"])
+    # query head h reads K/V block h // (heads / kv_heads) (ggml's broadcast in mul_mat)
+    rep = heads // f[f"{a}.attention.head_count_kv"]
     eps = f[f"{a}.attention.layer_norm_rms_epsilon"]
     scale = torch.tensor(f[f"{a}.rope.freq_base"], dtype=torch.float32) ** (-2.0 / n_rot)
     freq = scale ** torch.arange(n_rot // 2, dtype=torch.float32)
@@ -132,7 +136,7 @@ def _llama_logits(reader, ids: list[int]) -> torch.Tensor:
     cos, sin = angle.cos(), angle.sin()
 
     def rope(x: torch.Tensor) -> torch.Tensor:
-        x = x.reshape(len(ids), heads, dh).clone()
+        x = x.reshape(len(ids), -1, dh).clone()
         even, odd = x[..., 0:n_rot:2].clone(), x[..., 1:n_rot:2].clone()
         x[..., 0:n_rot:2], x[..., 1:n_rot:2] = even * cos - odd * sin, even * sin + odd * cos
         return x.transpose(0, 1)
@@ -146,7 +150,8 @@ def _llama_logits(reader, ids: list[int]) -> torch.Tensor:
         p = f"blk.{i}."
         x = norm(h, t[p + "attn_norm.weight"])
         q, k = rope(x @ t[p + "attn_q.weight"].T), rope(x @ t[p + "attn_k.weight"].T)
-        v = (x @ t[p + "attn_v.weight"].T).reshape(len(ids), heads, dh).transpose(0, 1)
+        v = (x @ t[p + "attn_v.weight"].T).reshape(len(ids), -1, dh).transpose(0, 1)
+        k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
         scores = (q @ k.transpose(1, 2) * dh ** -0.5).masked_fill(~mask, -torch.inf)
         out = (scores.softmax(-1) @ v).transpose(0, 1).reshape(len(ids), heads * dh)
         h = h + out @ t[p + "attn_output.weight"].T

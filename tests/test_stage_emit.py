@@ -138,16 +138,20 @@ def test_weights_sit_where_the_plan_says(machine: str) -> None:
     # layer 1 attention, head 0: Q is the constant SCORE (times sqrt(d_head): Phi-3 divides
     # the logits by it) on the NoPE dim, K reads c there, V reads f, O writes h
     qkv, o = m.layers[1].qkv, m.layers[1].o
-    assert qkv.shape == (3 * width, D) and o.shape == (D, width)
+    # the cancel head (below) shares head 0's K/V block (emit/kv_groups.py): its key is on the
+    # rotary planes, head 0's on a NoPE dim, and both move f
+    assert m.kv_heads == 1
+    assert qkv.shape == ((2 + 2) * dh, D) and o.shape == (D, width)
     want_q, want_k, want_v = torch.zeros(dh, D), torch.zeros(dh, D), torch.zeros(dh, D)
     want_q[NOPE, 0] = SCORE * dh ** 0.5
     want_k[NOPE, col["c"]] = 1.0
     want_v[0, col["f"]] = 1.0
     assert torch.equal(qkv[:dh], want_q)
-    assert torch.equal(qkv[width:width + dh], want_k)
-    assert torch.equal(qkv[2 * width:2 * width + dh], want_v)
-    # head 1 (the cancel): V reads f, O writes its negation into f's column
-    assert torch.equal(qkv[2 * width + dh:], want_v)
+    keys = qkv[width:width + dh]
+    assert torch.equal(keys[GEOM.rotary:], want_k[GEOM.rotary:])
+    assert torch.equal(qkv[width + dh:], want_v)  # one V row, f, that both heads read
+    # head 1 (the cancel) reads f at its own position: its query is on the rotary planes only
+    assert not qkv[dh + GEOM.rotary:2 * dh].any() and keys[:GEOM.rotary].any()
     want_o = torch.zeros(D, width)
     want_o[col["h"], 0] = 1.0
     want_o[col["f"], dh] = -1.0

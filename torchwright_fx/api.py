@@ -388,6 +388,7 @@ class Compiled:
             "name": self.fn.__name__, "machine": b.program.machine.name, "layers": m.n_layers,
             "critical_path_layers": b.critical_path_layers, "d_model": m.d_model,
             "peak_live_width": b.peak_live_width, "d_head": m.d_head, "heads_per_layer": m.n_heads,
+            "kv_heads": m.kv_heads,
             "heads_total": heads, "lanes_per_layer": m.d_ff, "lanes_total": lanes,
             "parameters": m.parameters(), "nonzero_weights": m.nonzero_weights(),
             "parameter_bound": b.parameter_bound,
@@ -467,7 +468,7 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
             machine: MachineName | None = _DEFAULTS.machine, exact: bool = _DEFAULTS.exact,
             output: str = _DEFAULTS.output, progress: bool | None = _DEFAULTS.progress,
             dump: str | os.PathLike[str] | None = _DEFAULTS.dump,
-            precision: str = _DEFAULTS.precision) -> Any:
+            precision: str = _DEFAULTS.precision, share_kv: bool = _DEFAULTS.share_kv) -> Any:
     """``@tw.compile``, ``@tw.compile(vocab=V, ...)`` or ``tw.compile(fn, vocab=V)``. Without
     ``vocab``, the function's module-level ``VOCAB`` is used. Compiling is lazy: it happens on
     first use (generate, save_pretrained, report) or on ``.compile()``. ``exact=False`` accepts
@@ -479,11 +480,13 @@ def compile(fn: Callable[..., Any] | None = None, *, vocab: Vocab | None = None,
     stage's record into as text (docs/ir.md; None: ``TORCHWRIGHT_FX_DUMP`` if set).
     ``precision="half"``: a build certified in fp32, fp16 and bf16 (and llama.cpp's F16 GGUF
     arithmetic); ``max_seq_len`` then defaults to 128 (docs/half-precision.md says which ops
-    half holds). ``max_seq_len=None``: 512, or 128 in half precision."""
+    half holds). ``max_seq_len=None``: 512, or 128 in half precision. ``share_kv=False``: a K
+    and V block per head (by default a layer's heads share them where their keys and values
+    fit one block: Phi-3's ``num_key_value_heads``, the same scores, fewer weights)."""
     length = {} if max_seq_len is None else {"max_seq_len": max_seq_len}
     opts = Options(d_model=d_model, d_head=d_head, optimize=optimize, machine=machine,
                    exact=exact, output=output, progress=progress, dump=dump,
-                   precision=precision, **length)
+                   precision=precision, share_kv=share_kv, **length)
 
     def wrap(f: Callable[..., Any]) -> Compiled:
         return Compiled(f, _vocab_for(f, vocab), opts)

@@ -81,13 +81,18 @@ class Options:
     # and bf16: every weight and residual value exact in each, certified by replaying the build
     # in each format; docs/half-precision.md). Constructions half cannot hold are refused.
     precision: str = "fp32"
+    # True: the heads of a layer share K and V blocks where their keys and values fit one
+    # block (Phi-3's num_key_value_heads < num_attention_heads; emit/kv_groups.py): fewer
+    # weights and a smaller KV cache, the same scores. False: a K and V block per head
+    share_kv: bool = True
 
     def __post_init__(self) -> None:
         if self.max_seq_len is None:
             self.max_seq_len = HALF_POSITIONS if self.precision == "half" else DEFAULT_LENGTH
         choices = {"machine": (None, *MACHINES), "optimize": (0, 1, 2, 3),
                    "output": ("code", "value"), "exact": (True, False),
-                   "progress": (None, True, False), "precision": tuple(PRECISIONS)}
+                   "progress": (None, True, False), "precision": tuple(PRECISIONS),
+                   "share_kv": (True, False)}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise CompileError(f"{name}={getattr(self, name)!r}: choose one of "
@@ -316,7 +321,7 @@ def build(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options) -> Build:
         dump("columns", format_plan, prog, plan)
         t2 = time.perf_counter()
         progress.stage("emit")
-        placed = place(prog, plan, geom)
+        placed = place(prog, plan, geom, opts.share_kv)
         dump("place", format_placement, placed)
         machine = emit(prog, plan, geom, placed, energy)
         if prog.precision.half:

@@ -6,8 +6,10 @@ that hold its value, the nodes it reads, and the TransformerLens hook names wher
 visible. These are the labels circuit-discovery work needs, and they are exact: the weights
 were written from the same placement (``emit/placement.py``).
 
-Phi-3 tensor layout, as written by ``backends/hf.py``: ``self_attn.qkv_proj`` stacks Q, K, V,
-each ``n_heads * d_head`` rows, head h at rows ``h * d_head ..``; ``self_attn.o_proj`` reads
+Phi-3 tensor layout, as written by ``backends/hf.py``: ``self_attn.qkv_proj`` stacks Q
+(``n_heads * d_head`` rows, head h at rows ``h * d_head ..``), then K and V (``kv_heads *
+d_head`` rows each: head h reads block ``h // (n_heads / kv_heads)``, which the heads of its
+group share where ``kv_heads < n_heads``, emit/kv_groups.py); ``self_attn.o_proj`` reads
 head h from columns ``h * d_head ..``; ``mlp.gate_up_proj`` stacks gate then up, each ``d_ff``
 rows, lane i at row i (gate) and ``d_ff + i`` (up); ``mlp.down_proj`` reads lane i from
 column i.
@@ -33,12 +35,16 @@ FORMAT = "torchwright_fx.circuit/1"
 FILENAME = "circuit.json"
 
 
-def _head_entry(layer: int, h: int, d_head: int, n_heads: int) -> dict[str, Any]:
-    width = n_heads * d_head
+def _head_entry(layer: int, h: int, d_head: int, n_heads: int, n_kv: int) -> dict[str, Any]:
+    """Head h's rows; its K and V rows are those of its K/V block, h // (n_heads / n_kv),
+    which the other heads of its group share (emit/kv_groups.py)."""
+    width, kv_width = n_heads * d_head, n_kv * d_head
     rows = [h * d_head, (h + 1) * d_head]
+    g = h // (n_heads // n_kv)
+    kv = [g * d_head, (g + 1) * d_head]
     return {"layer": layer, "head": h,
-            "qkv_proj_rows": {"q": rows, "k": [width + rows[0], width + rows[1]],
-                              "v": [2 * width + rows[0], 2 * width + rows[1]]},
+            "qkv_proj_rows": {"q": rows, "k": [width + kv[0], width + kv[1]],
+                              "v": [width + kv_width + kv[0], width + kv_width + kv[1]]},
             "o_proj_columns": rows,
             "hooks": [f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.attn.hook_z"]}
 
@@ -69,7 +75,7 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
     for i, layer in enumerate(placement.layers):
         for h, head in enumerate(layer.heads[: len(layer.heads) - layer.n_cancel]):
             heads.setdefault(head.name, []).append(
-                _head_entry(i, h, d_head, placement.n_heads))
+                _head_entry(i, h, d_head, placement.n_heads, placement.kv_heads))
         for f in layer.ffns:
             if is_cancel(f):
                 continue
@@ -128,7 +134,8 @@ def circuit(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: Plac
                     for i, layer in enumerate(placement.layers)
                     for f in layer.ffns if is_cancel(f)]
     return {"format": FORMAT, "program": name, "n_layers": len(placement.layers),
-            "d_model": plan.d_model, "n_heads": placement.n_heads, "d_head": d_head,
+            "d_model": plan.d_model, "n_heads": placement.n_heads,
+            "kv_heads": placement.kv_heads, "d_head": d_head,
             "d_ff": placement.d_ff, "constant_column": plan.const_col,
             # a half build has no RMSNorm pin; its reserved column beside the constant, if
             # any, is a second constant column (schedule/columns.py)

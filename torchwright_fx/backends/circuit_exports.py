@@ -283,7 +283,8 @@ def edge_name(parent: str, child: str, inp: str | None) -> str:
 # -- edges.json -----------------------------------------------------------------------------------
 def _model(placement: Placement, plan: Plan, d_head: int) -> dict[str, Any]:
     return {"architecture": "Phi3ForCausalLM", "n_layers": len(placement.layers),
-            "n_heads": placement.n_heads, "d_head": d_head, "d_model": plan.d_model,
+            "n_heads": placement.n_heads, "kv_heads": placement.kv_heads, "d_head": d_head,
+            "d_model": plan.d_model,
             "d_ff": placement.d_ff, "parallel_attn_mlp": False}
 
 

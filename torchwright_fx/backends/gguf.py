@@ -68,15 +68,15 @@ def layout(m: Machine) -> tuple[str, int, float]:
 
 
 def _permute_heads(w: torch.Tensor, m: Machine) -> torch.Tensor:
-    """Reorder the rows of each head of a ``[n_heads * d_head, d]`` Q or K projection."""
+    """Reorder the rows of each head of a ``[heads * d_head, d]`` Q or K projection."""
     perm = torch.tensor(rotary_permutation(m.d_head, rotary_dim(m)))
-    return w.reshape(m.n_heads, m.d_head, -1)[:, perm].reshape(m.n_heads * m.d_head, -1)
+    return w.reshape(-1, m.d_head, w.shape[-1])[:, perm].reshape(w.shape)
 
 
 def gguf_tensors(m: Machine) -> dict[str, np.ndarray]:
     """GGUF tensor name -> f32 array. numpy shape ``[out, in]`` is ggml's ``{in, out}``, the
     orientation llama.cpp expects, so weights keep the torch layout."""
-    hd = m.n_heads * m.d_head
+    hd, kvd = m.n_heads * m.d_head, m.kv_heads * m.d_head
     out = {"token_embd.weight": m.embed, "output_norm.weight": m.final_norm,
            "output.weight": m.lm_head}
     arch, n_rot, _ = layout(m)
@@ -89,8 +89,8 @@ def gguf_tensors(m: Machine) -> dict[str, np.ndarray]:
         p = f"blk.{i}."
         out[p + "attn_norm.weight"] = la.norm_attn
         out[p + "attn_q.weight"] = _permute_heads(la.qkv[:hd], m)
-        out[p + "attn_k.weight"] = _permute_heads(la.qkv[hd:2 * hd], m)
-        out[p + "attn_v.weight"] = la.qkv[2 * hd:]
+        out[p + "attn_k.weight"] = _permute_heads(la.qkv[hd:hd + kvd], m)
+        out[p + "attn_v.weight"] = la.qkv[hd + kvd:]
         out[p + "attn_output.weight"] = la.o
         out[p + "ffn_norm.weight"] = la.norm_mlp
         # Phi-3 computes up * act(gate) with rows [gate; up]; llama.cpp: act(ffn_gate) * ffn_up
@@ -196,7 +196,7 @@ def save_gguf(m: Machine, vocab: Vocab, path: str | os.PathLike,
     w.add_block_count(m.n_layers)
     w.add_feed_forward_length(m.d_ff)
     w.add_head_count(m.n_heads)
-    w.add_head_count_kv(m.n_heads)
+    w.add_head_count_kv(m.kv_heads)
     w.add_key_length(m.d_head)
     w.add_value_length(m.d_head)
     w.add_layer_norm_rms_eps(m.rms_eps)

@@ -28,7 +28,7 @@ def phi3_config(m: Machine) -> dict:
         "intermediate_size": m.d_ff,
         "num_hidden_layers": m.n_layers,
         "num_attention_heads": m.n_heads,
-        "num_key_value_heads": m.n_heads,
+        "num_key_value_heads": m.kv_heads,
         "head_dim": m.d_head,
         "hidden_act": m.act,
         "max_position_embeddings": m.max_seq_len,

@@ -94,10 +94,13 @@ class _Sparse:
         return out
 
 
-def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, scale: float = 1.0
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, scale: float = 1.0,
+               n_kv: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv ``[(n_heads + 2 n_kv) d_head, d]`` (rows [Q; K; V]) and o; ``n_kv`` K/V blocks
+    (None: one a head)."""
     d = w.plan.d_model
     width = n_heads * d_head
+    kv_width = (n_kv or n_heads) * d_head
     qkv, o = _Sparse(), _Sparse()  # qkv rows: [Q; K; V]
     # Phi-3 scales logits by 1/sqrt(d_head); fold sqrt(d_head) into W_Q.
     q_scale = math.sqrt(d_head) * scale  # scale: the half norm's reader scale (emit/half.py)
@@ -108,6 +111,26 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, sca
     qs, qc, ks, kc = (root, root / scale, scale * scale, scale) if not w.const_scaled else \
         (q_scale, root, scale, scale)
     first_cancel = len(layer.heads) - layer.n_cancel
+    if layer.kv is not None:  # heads over shared K/V blocks (emit/kv_groups.py)
+        per = n_heads // len(layer.kv)
+        for g, group in enumerate(layer.kv):
+            for r, (key, value) in enumerate(zip(group.k, group.v, strict=True)):
+                if key is not None:
+                    qkv.row(width + g * d_head + r, w.entries(key, ks, kc))
+                if value is not None:
+                    qkv.row(width + kv_width + g * d_head + r, w.entries(value, scale))
+            for i, (q_rows, outs) in enumerate(zip(group.q, group.o, strict=True)):
+                h = g * per + i
+                sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
+                for r, lin in enumerate(q_rows):
+                    if lin is not None:
+                        qkv.row(h * d_head + r, w.entries(lin, qs, qc))
+                for slot, sid in outs:
+                    col = w.column(sid)
+                    if col is not None:
+                        o.cells[col, h * d_head + slot] = sign
+        return (qkv.store(torch.zeros(width + 2 * kv_width, d, dtype=torch.float32)),
+                o.store(torch.zeros(d, width, dtype=torch.float32)))
     for h, head in enumerate(layer.heads):
         base = h * d_head
         sign = -1.0 if h >= first_cancel else 1.0  # cancel heads write the negation
@@ -163,7 +186,7 @@ def _layers(w: _Writer, placed: Placement, d_head: int, gain: torch.Tensor,
     """Every layer's weights, its norms' gains ``gain`` (``scale``: the readers' scale)."""
     layers = []
     for layer in placed.layers:
-        qkv, o = _attention(w, layer, placed.n_heads, d_head, scale)
+        qkv, o = _attention(w, layer, placed.n_heads, d_head, scale, placed.kv_heads)
         gate_up, down = _mlp(w, layer, placed.d_ff, scale)
         layers.append(LayerWeights(qkv, o, gate_up, down, gain.clone(), gain.clone()))
     return layers
@@ -199,7 +222,7 @@ def emit(prog: Program, plan: Plan, geom: Geometry, placed: Placement | None = N
         partial_rotary_factor=geom.partial_rotary_factor,
         embed=embed.float(), layers=layers, final_norm=final, lm_head=lm_head.float(),
         rms_eps=RMS_EPS, bos_id=prog.vocab.bos_id, eos_id=prog.vocab.eos_id,
-        ends_with_eos=prog.end_flag is not None,
+        ends_with_eos=prog.end_flag is not None, n_kv_heads=placed.kv_heads,
         meta={"pin_exponent": pins.gain_exponent, "pin_roots": list(pins.roots),
               "data_energy": data_energy(prog),
               "layer_heads": [len(la.heads) for la in placed.layers],

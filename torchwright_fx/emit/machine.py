@@ -12,7 +12,7 @@ from torchwright_fx.base.numerics import RMS_EPS
 
 @dataclass
 class LayerWeights:
-    qkv: torch.Tensor  # [3 * n_heads * d_head, d]: rows [Q; K; V]
+    qkv: torch.Tensor  # [(n_heads + 2 kv_heads) * d_head, d]: rows [Q; K; V]
     o: torch.Tensor  # [d, n_heads * d_head]
     gate_up: torch.Tensor  # [2 * d_ff, d]: rows [gate; up]
     down: torch.Tensor  # [d, d_ff]
@@ -42,10 +42,33 @@ class Machine:
     # no length cap
     ends_with_eos: bool = False
     meta: dict = field(default_factory=dict)
+    # K/V blocks per layer (Phi-3's num_key_value_heads; emit/kv_groups.py): query head h reads
+    # block h // (n_heads / kv_heads). None: one a head
+    n_kv_heads: int | None = None
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     @property
     def n_layers(self) -> int:
         return len(self.layers)
+
+    def mha_qkv(self, qkv: torch.Tensor) -> torch.Tensor:
+        """A layer's qkv with every query head's K and V block of its own (the shared blocks
+        repeated, as transformers' ``repeat_kv`` does): ``[3 n_heads d_head, d]``, the same
+        scores and outputs."""
+        if self.kv_heads == self.n_heads:
+            return qkv
+        hd, kvd, rep = self.n_heads * self.d_head, self.kv_heads * self.d_head, \
+            self.n_heads // self.kv_heads
+        k, v = qkv[hd:hd + kvd], qkv[hd + kvd:]
+
+        def repeat(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(self.kv_heads, 1, self.d_head, -1).expand(
+                -1, rep, -1, -1).reshape(hd, -1)
+
+        return torch.cat([qkv[:hd], repeat(k), repeat(v)])
 
     def _tensors(self) -> list[torch.Tensor]:
         tensors = [self.embed, self.final_norm, self.lm_head]

@@ -9,8 +9,10 @@ cancel lanes (``schedule/cancels.py``) last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from torchwright_fx.emit import kv_groups
+from torchwright_fx.emit.kv_groups import KvGroup
 from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.printer import format_placement
@@ -28,6 +30,8 @@ class LayerPlacement:
     n_cancel: int
     ffns: tuple[FFN, ...]  # the program's, then the cancel lanes' (named CANCEL), if any
     lane_index: dict[Lane, int]  # lane -> its row in gate/up (column in down)
+    # the heads over shared K/V blocks (``emit/kv_groups.py``); None: a K and V block a head
+    kv: tuple[KvGroup, ...] | None = None
 
     def lanes_of(self, ffn: FFN) -> list[int]:
         return [self.lane_index[lane] for lane in ffn.lanes]
@@ -38,6 +42,11 @@ class Placement:
     layers: tuple[LayerPlacement, ...]
     n_heads: int  # per layer in the checkpoint: the largest count, others padded with zeros
     d_ff: int
+    n_kv_heads: int = 0  # K/V blocks per layer (``emit/kv_groups.py``); 0: n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     def __str__(self) -> str:
         """Per layer, its heads and each FFN bank's lanes (``ir/printer.py``)."""
@@ -57,11 +66,14 @@ def _cancel_head(geom: Geometry, sigs: list[int]) -> Head:
     return Head(-1, q, k, [Lin.of(s) for s in sigs], list(sigs), CANCEL, "<columns>")
 
 
-def place(prog: Program, plan: Plan, geom: Geometry) -> Placement:
+def place(prog: Program, plan: Plan, geom: Geometry, share_kv: bool = True) -> Placement:
+    """Every layer's heads and lanes; ``share_kv``: heads share K/V blocks where they fit
+    (``emit/kv_groups.py``; never in half precision)."""
     layers = []
-    for (heads, ffns), groups, lanes in zip(layer_members(prog, plan), cancel_groups(plan, geom),
-                                            by_layer(plan, MLP), strict=True):
-        cancels = [_cancel_head(geom, sigs) for sigs in groups]
+    for (heads, ffns), cancelled, lanes in zip(layer_members(prog, plan),
+                                               cancel_groups(plan, geom), by_layer(plan, MLP),
+                                               strict=True):
+        cancels = [_cancel_head(geom, sigs) for sigs in cancelled]
         if lanes:
             ffns = [*ffns, cancel_ffn(prog, lanes)]
         index: dict[Lane, int] = {}
@@ -71,4 +83,10 @@ def place(prog: Program, plan: Plan, geom: Geometry) -> Placement:
         layers.append(LayerPlacement((*heads, *cancels), len(cancels), tuple(ffns), index))
     n_heads = max(1, max(len(la.heads) for la in layers))
     d_ff = max(1, max(len(la.lane_index) for la in layers))
-    return Placement(tuple(layers), n_heads, d_ff)
+    if prog.precision.half or not share_kv:  # (half's certificate reads each head's blocks)
+        return Placement(tuple(layers), n_heads, d_ff)
+    n_kv, groups = kv_groups.choose([la.heads for la in layers], n_heads, geom.d_head,
+                                    geom.rotary)
+    if groups is not None:
+        layers = [replace(la, kv=g) for la, g in zip(layers, groups, strict=True)]
+    return Placement(tuple(layers), n_heads, d_ff, n_kv)

@@ -252,7 +252,8 @@ def format_placement(placement: Any) -> str:
     heads after them (with the signals whose columns they zero) and each FFN bank's lane
     indices (identical lanes of two banks share one)."""
     lines = [f"placement  layers={len(placement.layers)}  heads/layer={placement.n_heads}  "
-             f"lanes/layer={placement.d_ff}"]
+             + (f"kv_heads={placement.kv_heads}  " if placement.kv_heads < placement.n_heads
+                else "") + f"lanes/layer={placement.d_ff}"]
     for i, la in enumerate(placement.layers):
         program_heads = la.heads[:len(la.heads) - la.n_cancel]
         heads = [f"{h}:%{p.id} {p.name}" for h, p in enumerate(program_heads)]

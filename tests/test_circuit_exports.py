@@ -104,7 +104,7 @@ def test_edges_are_the_weights_connectivity(saved):
             rows = slice(h * d_head, (h + 1) * d_head)
             writers.append((f"a{L}.h{h}", 2 * L, cols(o[:, rows].T)))
             # head h's K and V rows are those of its group's block (shared where kv_heads <
-            # n_heads: emit/kv_groups.py) that it uses: the K rows its Q meets (a rotary plane
+            # n_heads: schedule/kv_groups.py) that it uses: the K rows its Q meets (a rotary plane
             # as a whole), the V rows its O reads
             g = h // (n_heads // kv_heads)
             block = slice(g * d_head, (g + 1) * d_head)

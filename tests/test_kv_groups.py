@@ -1,4 +1,4 @@
-"""Heads sharing K/V blocks (emit/kv_groups.py; Phi-3's num_key_value_heads): the merge rule on
+"""Heads sharing K/V blocks (schedule/kv_groups.py; Phi-3's num_key_value_heads): the merge rule on
 hand-made heads, then whole programs built with and without sharing: the same tokens, the
 same residual after every sublayer and the same logits up to fp32's reordering of a dot
 product, fewer parameters; and transformers reads the shared layout (llama.cpp's arithmetic:
@@ -14,9 +14,9 @@ import torch
 
 from torchwright_fx.api import Compiled
 from torchwright_fx.backends import runtime
-from torchwright_fx.emit.kv_groups import choose, merge
 from torchwright_fx.ir.graph import Head
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.schedule.kv_groups import choose, merge
 
 D_HEAD, ROTARY = 8, 4  # planes (0, 2) and (1, 3); NoPE dims 4..7
 ZERO = Lin()

@@ -138,7 +138,7 @@ def test_weights_sit_where_the_plan_says(machine: str) -> None:
     # layer 1 attention, head 0: Q is the constant SCORE (times sqrt(d_head): Phi-3 divides
     # the logits by it) on the NoPE dim, K reads c there, V reads f, O writes h
     qkv, o = m.layers[1].qkv, m.layers[1].o
-    # the cancel head (below) shares head 0's K/V block (emit/kv_groups.py): its key is on the
+    # the cancel head (below) shares head 0's K/V block (schedule/kv_groups.py): its key is on the
     # rotary planes, head 0's on a NoPE dim, and both move f
     assert m.kv_heads == 1
     assert qkv.shape == ((2 + 2) * dh, D) and o.shape == (D, width)

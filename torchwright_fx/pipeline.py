@@ -82,7 +82,7 @@ class Options:
     # in each format; docs/half-precision.md). Constructions half cannot hold are refused.
     precision: str = "fp32"
     # True: the heads of a layer share K and V blocks where their keys and values fit one
-    # block (Phi-3's num_key_value_heads < num_attention_heads; emit/kv_groups.py): fewer
+    # block (Phi-3's num_key_value_heads < num_attention_heads; schedule/kv_groups.py): fewer
     # weights and a smaller KV cache, the same scores. False: a K and V block per head
     share_kv: bool = True
 

@@ -271,10 +271,10 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         after_out = ran * (cell == OUT).float()  # the record that ends here printed a byte
         resumed = ran * (cell == RESUME).float()
 
-        def read(address: torch.Tensor, width: int = 32) -> torch.Tensor:
-            """The latest value of the cell at ``address`` (bits), its low ``width`` bits."""
+        def read(address: torch.Tensor, width: int = 32, lo: int = 0) -> torch.Tensor:
+            """The latest value of the cell at ``address`` (bits), its bits lo..width-1."""
             ends = tw.select(trigger, torch.ones_like(trigger), "==")
-            return tw.select_latest(tw.select(key, address, "==") & ends, value[:, :width],
+            return tw.select_latest(tw.select(key, address, "==") & ends, value[:, lo:width],
                                     default=0.0)
 
         # -- the state dump (contexts.py): past dump_at, walk the first records back --------
@@ -303,8 +303,12 @@ def make(max_seq_len: int = MAX_SEQ_LEN, dump_at: int | None = None, **options: 
         dump_value = read(dump_cell)
         execute = ~dumping
 
-        ins = read(_address([p_bits[:, i:i + 1] for i in range(4)],
-                            [bits[:, i:i + 1] for i in range(8)]))
+        # the instruction's bits 2..31: bits 0 and 1 of every RV32I instruction are 1 (the
+        # reference faults on any other word it executes, and run.py refuses the program), so
+        # the read moves 30 values, not 32
+        fetched = read(_address([p_bits[:, i:i + 1] for i in range(4)],
+                                [bits[:, i:i + 1] for i in range(8)]), lo=2)
+        ins = torch.cat([torch.ones_like(fetched[:, :2]), fetched], -1)
         op, f3 = _num(ins, 0, 7), _num(ins, 12, 15)
         rd = _num(ins, 7, 12)
         is_opimm, is_op = (op == 0x13).float(), (op == 0x33).float()

@@ -9,7 +9,7 @@ were written from the same placement (``emit/placement.py``).
 Phi-3 tensor layout, as written by ``backends/hf.py``: ``self_attn.qkv_proj`` stacks Q
 (``n_heads * d_head`` rows, head h at rows ``h * d_head ..``), then K and V (``kv_heads *
 d_head`` rows each: head h reads block ``h // (n_heads / kv_heads)``, which the heads of its
-group share where ``kv_heads < n_heads``, emit/kv_groups.py); ``self_attn.o_proj`` reads
+group share where ``kv_heads < n_heads``, schedule/kv_groups.py); ``self_attn.o_proj`` reads
 head h from columns ``h * d_head ..``; ``mlp.gate_up_proj`` stacks gate then up, each ``d_ff``
 rows, lane i at row i (gate) and ``d_ff + i`` (up); ``mlp.down_proj`` reads lane i from
 column i.
@@ -37,7 +37,7 @@ FILENAME = "circuit.json"
 
 def _head_entry(layer: int, h: int, d_head: int, n_heads: int, n_kv: int) -> dict[str, Any]:
     """Head h's rows; its K and V rows are those of its K/V block, h // (n_heads / n_kv),
-    which the other heads of its group share (emit/kv_groups.py)."""
+    which the other heads of its group share (schedule/kv_groups.py)."""
     width, kv_width = n_heads * d_head, n_kv * d_head
     rows = [h * d_head, (h + 1) * d_head]
     g = h // (n_heads // n_kv)

@@ -111,7 +111,7 @@ def _attention(w: _Writer, layer: LayerPlacement, n_heads: int, d_head: int, sca
     qs, qc, ks, kc = (root, root / scale, scale * scale, scale) if not w.const_scaled else \
         (q_scale, root, scale, scale)
     first_cancel = len(layer.heads) - layer.n_cancel
-    if layer.kv is not None:  # heads over shared K/V blocks (emit/kv_groups.py)
+    if layer.kv is not None:  # heads over shared K/V blocks (schedule/kv_groups.py)
         per = n_heads // len(layer.kv)
         for g, group in enumerate(layer.kv):
             for r, (key, value) in enumerate(zip(group.k, group.v, strict=True)):

@@ -42,7 +42,7 @@ class Machine:
     # no length cap
     ends_with_eos: bool = False
     meta: dict = field(default_factory=dict)
-    # K/V blocks per layer (Phi-3's num_key_value_heads; emit/kv_groups.py): query head h reads
+    # K/V blocks per layer (Phi-3's num_key_value_heads; schedule/kv_groups.py): query head h reads
     # block h // (n_heads / kv_heads). None: one a head
     n_kv_heads: int | None = None
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from torchwright_fx.emit import kv_groups
-from torchwright_fx.emit.kv_groups import KvGroup
 from torchwright_fx.ir.graph import FFN, Head, Lane, Program
 from torchwright_fx.ir.linear import Lin
 from torchwright_fx.ir.printer import format_placement
 from torchwright_fx.ops import attention
 from torchwright_fx.ops.attention import Geometry
+from torchwright_fx.schedule import kv_groups
 from torchwright_fx.schedule.cancels import CANCEL, by_layer, cancel_ffn
+from torchwright_fx.schedule.kv_groups import KvGroup
 from torchwright_fx.schedule.plan import ATTENTION, MLP, Plan, layer_members
 
 __all__ = ["CANCEL", "LayerPlacement", "Placement", "cancel_groups", "place"]
@@ -30,7 +30,7 @@ class LayerPlacement:
     n_cancel: int
     ffns: tuple[FFN, ...]  # the program's, then the cancel lanes' (named CANCEL), if any
     lane_index: dict[Lane, int]  # lane -> its row in gate/up (column in down)
-    # the heads over shared K/V blocks (``emit/kv_groups.py``); None: a K and V block a head
+    # the heads over shared K/V blocks (``schedule/kv_groups.py``); None: a K and V block a head
     kv: tuple[KvGroup, ...] | None = None
 
     def lanes_of(self, ffn: FFN) -> list[int]:
@@ -42,7 +42,7 @@ class Placement:
     layers: tuple[LayerPlacement, ...]
     n_heads: int  # per layer in the checkpoint: the largest count, others padded with zeros
     d_ff: int
-    n_kv_heads: int = 0  # K/V blocks per layer (``emit/kv_groups.py``); 0: n_heads
+    n_kv_heads: int = 0  # K/V blocks per layer (``schedule/kv_groups.py``); 0: n_heads
 
     @property
     def kv_heads(self) -> int:
@@ -68,7 +68,7 @@ def _cancel_head(geom: Geometry, sigs: list[int]) -> Head:
 
 def place(prog: Program, plan: Plan, geom: Geometry, share_kv: bool = True) -> Placement:
     """Every layer's heads and lanes; ``share_kv``: heads share K/V blocks where they fit
-    (``emit/kv_groups.py``; never in half precision)."""
+    (``schedule/kv_groups.py``; never in half precision)."""
     layers = []
     for (heads, ffns), cancelled, lanes in zip(layer_members(prog, plan),
                                                cancel_groups(plan, geom), by_layer(plan, MLP),

@@ -160,6 +160,11 @@ class Program:
     # the geometry's head size (lowering sets it): every head's, and the emitted head_dim even
     # where the program has no head of its own (0: unknown, as in hand-built test programs)
     head_size: int = 0
+    # the geometry's rotary dims, and the K rows of a head that attends to its own position
+    # (a cancel head's: schedule/cancels.py), which the scheduler needs to know which heads
+    # can share K/V blocks (schedule/kv_groups.py); 0 and () where not set
+    rotary: int = 0
+    self_key: tuple[Lin, ...] = ()
     # half precision: the output as step columns u_t = [code >= t] for t in codes[1:], so that
     # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
     output_steps: tuple[Lin, ...] = ()

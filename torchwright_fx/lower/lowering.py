@@ -36,7 +36,7 @@ from torchwright_fx.lower.context import LowerCtx
 from torchwright_fx.lower.output import certify_output, decodable, end_of_context
 from torchwright_fx.lower.rules import exact_within, noise_origin
 from torchwright_fx.lower.stream import Stream
-from torchwright_fx.ops import decode, ffn, half
+from torchwright_fx.ops import attention, decode, ffn, half
 from torchwright_fx.ops.attention import Geometry
 from torchwright_fx.vocab import Vocab
 
@@ -243,7 +243,8 @@ def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
     accept them as ramps and list each in ``Program.approximations`` with the user's line.
     ``precision``: the arithmetics the constructions are built for (``base/machines.py``)."""
     prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision),
-                   head_size=geom.d_head)
+                   head_size=geom.d_head, rotary=geom.rotary,
+                   self_key=() if geom.half else tuple(attention.self_qk(geom)[1]))
     facts = analyse(gm, vocab, geom.max_seq_len)
     with arithmetic(prog.precision):
         try:

@@ -20,6 +20,7 @@ from collections import Counter
 
 from torchwright_fx.base.numerics import BALANCE_PASSES, PUSH_LAYERS
 from torchwright_fx.ir.graph import EMBED, FFN, Head, Program
+from torchwright_fx.schedule import kv_groups
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import (
     EMBED_STAGE,
@@ -87,8 +88,12 @@ def estimate(prog: Program, stage: dict[int, int]) -> int:
     return (Plan(stage=stage).live_peak(prog) + 2) * (n * widest + 2 * len(prog.vocab))
 
 
-def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
-    """``stage`` with producers moved within their slack to lower the busiest layer's cost."""
+def balance(prog: Program, stage: dict[int, int], share_first: bool = False
+            ) -> dict[int, int]:
+    """``stage`` with producers moved within their slack to lower the busiest layer's cost.
+    ``share_first``: first towards every layer's heads fitting one shared K/V block
+    (``schedule/kv_groups.py``), which a move that costs parameters on the way may reach
+    where the plain order stops short of it (the caller keeps the cheaper result)."""
     n = layer_count(stage.values())
     if n <= 1 or not prog.producers:
         return stage
@@ -102,6 +107,20 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
     final = {prog.signals[s].producer for s in prog.final_reads()}
     heads: Counter[int] = Counter()
     lanes: Counter[int] = Counter()
+    # heads sharing one K/V block a layer (schedule/kv_groups.py): per layer its heads and whether
+    # they fit one block (a misfit keeps a block a head in every layer)
+    sharing = not prog.precision.half and bool(prog.head_size)
+    in_layer: dict[int, set[int]] = {k: set() for k in range(n)}
+    fits_cache: dict[frozenset[int], bool] = {}
+    misfit = [False] * n
+
+    def refit(k: int) -> None:
+        key = frozenset(in_layer[k])
+        if key not in fits_cache:
+            fits_cache[key] = len(key) < 2 or kv_groups.merge(
+                [prog.producers[pid] for pid in sorted(key)],  # type: ignore[misc]
+                prog.head_size, prog.rotary) is not None
+        misfit[k] = not fits_cache[key]
 
     def load(pid: int) -> tuple[int, int]:
         p = prog.producers[pid]
@@ -112,10 +131,15 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
         h, lanes_of = load(pid)
         heads[layer_of(s)] += h
         lanes[layer_of(s)] += lanes_of
+        if h and sharing:
+            in_layer[layer_of(s)].add(pid)
+    if sharing:
+        for k in range(n):
+            refit(k)
 
     vocab = 2 * len(prog.vocab)
 
-    def layer_cost() -> tuple[int, int, int]:
+    def layer_cost() -> tuple[int, int, int, int, int]:
         per = [head_cost * heads[k] + lane_cost * lanes[k] for k in range(n)]
         most_heads = max(heads[k] for k in range(n))
         most_lanes = max(lanes[k] for k in range(n))
@@ -123,11 +147,22 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
         # towards a narrower shape even while another layer still holds as many)
         at_most = sum(head_cost * (heads[k] == most_heads) + lane_cost * (lanes[k] == most_lanes)
                       for k in range(n))
-        return head_cost * most_heads + lane_cost * most_lanes, at_most, sum(c * c for c in per)
+        misfits = sum(misfit)
+        # Q and O a head, K and V a block: one a layer where every layer's heads share one
+        blocks = 1 if sharing and not misfits else most_heads
+        widest = head_cost // 2 * (most_heads + blocks) + lane_cost * most_lanes
+        return widest, most_heads, at_most, misfits, sum(c * c for c in per)
 
-    def cost(peak: int) -> tuple[int, int, int]:
-        widest, at_most, spread = layer_cost()
-        return (peak + 2) * (n * widest + vocab), at_most, spread
+    def cost(peak: int) -> tuple[int, int, int, int, int]:
+        # of equal parameters, fewer query heads (a runtime scores each against every
+        # position), then the steps towards a narrower shape, then fewer layers whose heads
+        # keep the blocks unshared; ``share_first``: no more query heads, then every layer's
+        # heads on one block, then the parameters
+        widest, most_heads, at_most, misfits, spread = layer_cost()
+        params = (peak + 2) * (n * widest + vocab)
+        if share_first:
+            return most_heads, misfits, params, at_most, spread
+        return params, most_heads, at_most, misfits, spread
 
     occupancy = Occupancy(prog, stage)
     peak = occupancy.peak()
@@ -137,11 +172,17 @@ def balance(prog: Program, stage: dict[int, int]) -> dict[int, int]:
         """Put each (producer, stage) of ``moves`` there, in order."""
         for pid, to in moves:
             h, lanes_of = load(pid)
-            heads[layer_of(stage[pid])] -= h
-            lanes[layer_of(stage[pid])] -= lanes_of
-            heads[layer_of(to)] += h
-            lanes[layer_of(to)] += lanes_of
+            was, now = layer_of(stage[pid]), layer_of(to)
+            heads[was] -= h
+            lanes[was] -= lanes_of
+            heads[now] += h
+            lanes[now] += lanes_of
             occupancy.move(pid, to)
+            if h and sharing and was != now:
+                in_layer[was].discard(pid)
+                in_layer[now].add(pid)
+                refit(was)
+                refit(now)
 
     def window(pid: int, apart: int | None = None) -> tuple[int, int]:
         """The stages ``pid`` may take with everything else fixed (``apart``: one of its

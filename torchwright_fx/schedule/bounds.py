@@ -99,7 +99,7 @@ def parameter_bound(prog: Program) -> int:
                          reserved_for(prog, d)) <= d)
     n = critical_path_layers(prog)
     # Q and O a head; K and V a head in half precision, else one block at least (the heads of
-    # a layer may share it: emit/kv_groups.py)
+    # a layer may share it: schedule/kv_groups.py)
     kv = heads if prog.precision.half else min(heads, 1)
     per_layer = 2 * d_head * (heads + kv) + 3 * lanes + 2 * n  # the norms: two a layer
     return d * (per_layer + 2 * len(prog.vocab) + 1)

@@ -64,7 +64,8 @@ def by_layer(plan: Plan, parity: int) -> list[list[int]]:
 
 
 def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int]],
-           d_head: int, per_cancel: int | None) -> dict[int, int]:
+           d_head: int, per_cancel: int | None, rooms: list[int] | None = None
+           ) -> dict[int, int]:
     """A stage for every cancel within its window ``(lo, hi)`` (its last read, the stage
     before its column's next owner is written): attention stages hold up to ``d_head`` a
     spare head, MLP stages one cancel per ``per_cancel`` spare lanes (None: heads only).
@@ -72,7 +73,10 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
     F that fit (earliest deadline first is exact for unit jobs in windows), the least
     ``4 d_head H + 3 F``; fewer heads on a tie (a smaller KV cache). A cancel lane identical
     to a program lane of its layer is placed once (``emit/placement.py``), so this counts an
-    upper bound on the lanes."""
+    upper bound on the lanes. ``rooms``: where a layer's heads share one K/V block
+    (``schedule/kv_groups.py``), the values each layer's block has left for cancels (its
+    attention stage holds no more), and a head costs ``2 d_head`` (its Q and O) beside the
+    layer's one block."""
     if not windows:
         return {}
     n = len(heads)
@@ -89,6 +93,8 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
             layer = layer_of(stage)
             if stage_parity(stage) == ATTENTION:
                 room = (most_heads - heads[layer]) * d_head
+                if rooms is not None:
+                    room = min(room, rooms[layer])
             else:
                 room = -1 if per_cancel is None else (most_lanes - lanes[layer]) // per_cancel
             while pending and room > 0:
@@ -105,18 +111,24 @@ def spread(heads: list[int], lanes: list[int], windows: dict[int, tuple[int, int
     most_heads = least_heads + -(-len(windows) // d_head)
     extra = 0 if per_cancel is None else per_cancel * len(windows)
     best: tuple[int, dict[int, int]] | None = None
+    def head_cost(h: int) -> int:  # Q, K, V and O of h heads (a checkpoint has one)
+        h = max(h, 1)
+        return 2 * d_head * (h + (1 if rooms is not None else h))
+
     for h in range(least_heads, most_heads + 1):
-        if best is not None and 4 * d_head * max(h, 1) + 3 * max(least_lanes, 1) >= best[0]:
+        if best is not None and head_cost(h) + 3 * max(least_lanes, 1) >= best[0]:
             break  # more heads only cost more from here
         f = _least(functools.partial(_fits, fill, h), least_lanes, least_lanes + extra)
         if f is None:
             continue
-        cost = 4 * d_head * max(h, 1) + 3 * max(f, 1)  # a checkpoint has a head and a lane
+        cost = head_cost(h) + 3 * max(f, 1)  # a checkpoint has a head and a lane
         if best is None or cost < best[0]:
             placed = fill(h, f)
             assert placed is not None
             best = (cost, placed)
     if best is None:
+        if rooms is not None:  # a window with no stage to spare but a full shared block
+            return spread(heads, lanes, windows, d_head, per_cancel)
         raise AssertionError("every cancel fits its window with a head per cancel")
     return best[1]
 

@@ -25,6 +25,7 @@ from torchwright_fx.base.machines import half_holds
 from torchwright_fx.base.numerics import VLLM_HEAD_SIZES, WIDTH_MULTIPLE, is_power_of_two
 from torchwright_fx.ir.graph import Head, Program
 from torchwright_fx.ir.linear import Lin
+from torchwright_fx.schedule import kv_groups
 from torchwright_fx.schedule.cancels import by_layer, lanes_per_cancel, spread
 from torchwright_fx.schedule.cpsat_shape import d_head_of
 from torchwright_fx.schedule.plan import (
@@ -183,7 +184,10 @@ class _Cost:
     """A plan's parameter count as the emitter will size it (``emit/placement.py``): every
     layer as wide as the busiest in heads (the program's and the cancel heads, one per d_head
     cancels at its attention stage) and in lanes (the program's and the cancel lanes), plus
-    the embedding and lm_head."""
+    the embedding and lm_head. Where every layer's heads fit one shared K/V block
+    (``schedule/kv_groups.py``), a head costs its Q and O and each layer one K and V block;
+    ``rooms`` then holds, per layer, the values that block has left for cancel heads (None: a
+    block a head)."""
 
     def __init__(self, prog: Program, plan: Plan):
         self.d_head = d_head_of(prog) or 1
@@ -192,13 +196,24 @@ class _Cost:
         self.heads: list[int] = [len(h) for h, _ in members]
         self.lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
         self.vocab = len(prog.vocab)
+        self.rooms: list[int] | None = None
+        if not prog.precision.half and prog.head_size:
+            rooms = [kv_groups.value_room(h, prog.head_size, prog.rotary, prog.self_key)
+                     for h, _ in members]
+            if all(r is not None for r in rooms):
+                self.rooms = rooms  # type: ignore[assignment]
 
     def __call__(self, plan: Plan) -> float:
+        cancelled = by_layer(plan, ATTENTION)
         heads = [h + -(-len(sigs) // self.d_head)
-                 for h, sigs in zip(self.heads, by_layer(plan, ATTENTION), strict=True)]
+                 for h, sigs in zip(self.heads, cancelled, strict=True)]
         lanes = [n + self.per_cancel * len(sigs)
                  for n, sigs in zip(self.lanes, by_layer(plan, MLP), strict=True)]
-        layer = 4 * max([1, *heads]) * self.d_head + 3 * max([1, *lanes]) + 2
+        most = max([1, *heads])
+        shared = self.rooms is not None and all(
+            len(sigs) <= room for sigs, room in zip(cancelled, self.rooms, strict=True))
+        blocks = 1 if shared else most
+        layer = 2 * (most + blocks) * self.d_head + 3 * max([1, *lanes]) + 2
         return plan.d_model * (len(heads) * layer + 2 * self.vocab + 1)
 
 
@@ -233,7 +248,8 @@ def allocate(prog: Program, plan: Plan, d_model: int | None, at_least: int = 0) 
     def build(d: int, cols: dict[int, int], cancels: dict[int, int], latest: dict[int, int]
               ) -> Plan:
         cancels = spread(cost.heads, cost.lanes,
-                         {s: (last_read[s], latest[s]) for s in cancels}, cost.d_head, per_cancel)
+                         {s: (last_read[s], latest[s]) for s in cancels}, cost.d_head, per_cancel,
+                         cost.rooms)
         return dataclasses.replace(plan, stage=dict(plan.stage), columns=cols, cancels=cancels,
                                    d_model=d, const_col=0,
                                    pin_cols=list(range(1, reserved(d))))

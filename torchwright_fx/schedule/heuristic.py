@@ -3,7 +3,9 @@ end-of-context flag, then balanced within its slack (``schedule/balance.py``); a
 from every producer at its latest stage within those layers; the placement of fewer
 parameters, with its columns allocated (cancel heads included), is kept (a chain of
 producers that only moves as a whole, which one move at a time cannot shift, is at its other
-end in the second start).
+end in the second start). Where a layer holds two heads, each start is balanced a second
+time towards every layer's heads sharing one K/V block (``schedule/kv_groups.py``), which
+can take moves that cost parameters before the block's saving pays for them.
 
 With no cap on heads or lanes per layer, as-soon-as-possible placement meets the critical-path
 bound, so the layer count is optimal for the graph; width is the only thing it does not trade.
@@ -36,8 +38,20 @@ def schedule(prog: Program) -> Plan:
         if prog.end_flag is not None:
             stage = _place_end_flag(prog, stage)
         placements.append(balance(prog, stage))  # the busiest layer sets every layer's width
+        if _may_share(prog, stage):  # heads on one shared K/V block a layer, where that is less
+            placements.append(balance(prog, stage, share_first=True))
     best = min(placements, key=lambda stage: _parameters(prog, stage))  # the earliest on a tie
     return Plan(stage=best, scheduler="heuristic", status="heuristic")
+
+
+def _may_share(prog: Program, stage: dict[int, int]) -> bool:
+    """Whether some layer has two heads that a shared K/V block could serve (not in half
+    precision: schedule/kv_groups.py)."""
+    if prog.precision.half or not prog.head_size:
+        return False
+    heads = Counter(layer_of(s) for pid, s in stage.items()
+                    if isinstance(prog.producers[pid], Head))
+    return max(heads.values(), default=0) > 1
 
 
 def _parameters(prog: Program, stage: dict[int, int]) -> float:

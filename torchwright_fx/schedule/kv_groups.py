@@ -129,3 +129,17 @@ def choose(layers: Sequence[Sequence[Head]], n_heads: int, d_head: int, rotary: 
         if all(f is not None for f in found):
             return n_groups, found  # type: ignore[return-value]
     return n_heads, None
+
+
+def value_room(heads: Sequence[Head], d_head: int, rotary: int, self_key: Sequence[Lin]
+               ) -> int | None:
+    """For a layer whose ``heads`` are to share one K/V block: None where they do not fit
+    one; else how many more values that block holds for cancel heads (each attends to its own
+    position with the K rows ``self_key``: 0 where those clash with the heads' keys)."""
+    if merge(heads, d_head, rotary) is None:
+        return None
+    if not self_key:
+        return 0
+    probe = Head(-1, list(self_key), list(self_key), [], [], "probe", "")
+    merged = merge([*heads, probe], d_head, rotary)
+    return 0 if merged is None else sum(v is None for v in merged.v)

@@ -117,8 +117,24 @@ def test_greedy_decoding_names_where_the_model_departs_from_the_reference(compil
     wrong = dataclasses.replace(ctx.printed[k], value=7)
     ctx.printed[k] = wrong
     _, _, said = run.decode(compiled, prepared, "runtime")
-    assert said == (f"in context 0 at its record {k} the model printed x2=0x6 pc={wrong.pc:#x} "
-                    f"where the reference prints {wrong.describe()}")
+    assert said == (f"in context 1 of 1 at its record {k} the model printed x2=0x6 "
+                    f"pc={wrong.pc:#x} where the reference prints {wrong.describe()}")
+
+
+@pytest.mark.slow
+def test_verify_names_the_token_where_the_model_departs_from_the_reference(compiled):
+    """`--verify` (teacher-forced) names the context (from 1, as its progress lines count),
+    the record, the token's slot, the model's own token and the reference's."""
+    prepared = run.prepare_image(IMAGES["loop"], None)
+    ctx = prepared.contexts[0]
+    k = next(i for i, r in enumerate(ctx.printed) if r.target == 2 and r.value == 6)
+    wrong = dataclasses.replace(ctx.printed[k], value=7)
+    ctx.printed[k] = wrong
+    said = run.verify(compiled, prepared)
+    assert said == (f"in context 1 of 1 at its record {k} ({wrong.describe()}), token V0: the "
+                    f"model's argmax is byte 0x06 where the reference's trace has byte 0x07")
+    ctx.printed[k] = dataclasses.replace(wrong, value=6)
+    assert run.verify(compiled, prepared) is None
 
 
 def test_run_refuses_what_the_model_lacks():
@@ -129,9 +145,9 @@ def test_run_refuses_what_the_model_lacks():
     # a load of a word that folds onto the registers' cells (0x13000 + 4 r, and every 16 KiB
     # above) would read a register: refused, saying where they are
     registers = asm.image([*asm.li(1, 0x1F008), asm.lw(2, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match=r"the word at 0x1f008 \(4.0 KiB below 0x20000\) falls "
-                                          r"on the compiled machine's registers, which it keeps "
-                                          r"at 0x13000..0x1308b and every 16 KiB above"):
+    with pytest.raises(run.Refused, match=r"the word at 0x1f008 \(4,088 bytes below 0x20000\) "
+                                          r"falls on the compiled machine's registers, which it "
+                                          r"keeps at 0x13000..0x1308b and every 16 KiB above"):
         run.prepare_image(registers, None, 10 ** 6)
     # two words 16 KiB apart share a cell: refused, naming both
     shared = asm.image([*asm.li(1, 0x14400), asm.sw(1, 1, 0), *asm.li(1, 0x18400),
@@ -140,7 +156,7 @@ def test_run_refuses_what_the_model_lacks():
         run.prepare_image(shared, None, 10 ** 6)
     # ... the image's code too (its page is page 0 of the cells)
     code = asm.image([*asm.li(1, 0x1C000), asm.lw(2, 1, 0), *asm.exit_with(0)])
-    with pytest.raises(run.Refused, match=r"the words at 0x10000 and 0x1c000 \(16.0 KiB below "
+    with pytest.raises(run.Refused, match=r"the words at 0x10000 and 0x1c000 \(16,384 bytes below "
                                           r"0x20000\) fall on one cell.*stack within 3,956 "
                                           r"bytes below 0x20000 \(down to 0x1f08c\)"):
         run.prepare_image(code, None, 10 ** 6)

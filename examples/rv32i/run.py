@@ -173,7 +173,7 @@ def check_cells(steps: list[Step], image: elf.Image) -> None:
     def what(word: int) -> str:
         """An address, and how far below the window's end (where stacks start) if near it."""
         if word >= end - 0x4000:
-            return f"{word:#x} ({(end - word) / 1024:.1f} KiB below {end:#x})"
+            return f"{word:#x} ({end - word:,} bytes below {end:#x})"
         return f"{word:#x}"
 
     owner: dict[int, int] = {}  # cell -> the address of the first word found on it
@@ -367,11 +367,16 @@ def _saved(compiled, dump_at: int | None = None) -> Path:
     return out
 
 
-def verify(compiled, prepared: Prepared) -> tuple[int, int] | None:
-    """The first position whose argmax is not the reference's next token, as (context, record
-    within what it prints), or None when the model confirms every context's records
-    (teacher-forced, a pass per context)."""
+SLOTS = ("A_hi", "A_lo", "V0", "V1", "V2", "V3", "P_hi", "P_lo")  # a record's tokens (trace.py)
+
+
+def verify(compiled, prepared: Prepared) -> str | None:
+    """Where the model's argmax first differs from the reference's next token, described (the
+    context, counted from 1, the record within what it prints, the slot, the model's token and
+    the reference's), or None when it confirms every context's records (teacher-forced, a
+    pass per context)."""
     model = _model()
+    total = len(prepared.contexts)
     for n, ctx in enumerate(prepared.contexts):
         prompt = trace.text(ctx.prompt)
         ids = model.VOCAB.encode(prompt + trace.text(ctx.printed))
@@ -382,9 +387,32 @@ def verify(compiled, prepared: Prepared) -> tuple[int, int] | None:
         picked = logits[start:].argmax(-1).tolist()
         for k, (got, want) in enumerate(zip(picked, ids[start + 1:], strict=True)):
             if got != want:
-                return n, k // trace.RECORD
-        _progress(n, len(prepared.contexts), "confirmed")
+                r = k // trace.RECORD
+                if r == len(ctx.printed):
+                    where = "after its last record, where the reference ends the context"
+                else:
+                    where = (f"at its record {r} ({ctx.printed[r].describe()}), token "
+                             f"{SLOTS[k % trace.RECORD]}")
+                return (f"in context {n + 1} of {total} {where}: the model's argmax is "
+                        f"{_token(got)} where the reference's trace has {_token(want)}")
+        _progress(n, total, "confirmed")
     return None
+
+
+def _token(tid: int) -> str:
+    """A token of the trace, as a person reads it: a byte's value, an A_hi's alphabet and page,
+    or <eos>."""
+    model = _model()
+    if tid == model.VOCAB.eos_id:
+        return "<eos>"
+    c = model.VOCAB.decode([tid])
+    if len(c) != 1:
+        return repr(c)
+    for name, alphabet in (("byte", trace.BYTE), ("A_hi", trace.ADDR),
+                           ("dump A_hi", trace.DUMP), ("image A_hi", trace.IMAGE)):
+        if c in alphabet:
+            return f"{name} {alphabet.index(c):#04x}"
+    return repr(c)
 
 
 def _progress(n: int, total: int, what: str) -> None:
@@ -416,9 +444,9 @@ def decode(loaded, prepared: Prepared, backend: str
                  None if len(got) == len(ctx.printed) else len(got))
         if k is not None:
             said = got[k].describe() if k < len(got) else tail or "<eos>"
-            return executed, printed, (f"in context {n} at its record {k} the model printed "
-                                       f"{said} where the reference prints "
-                                       f"{ctx.printed[k].describe()}")
+            return executed, printed, (f"in context {n + 1} of {len(prepared.contexts)} at "
+                                       f"its record {k} the model printed {said} where the "
+                                       f"reference prints {ctx.printed[k].describe()}")
         if ctx.printed and not ctx.printed[-1].dump and ctx.printed[-1].target == trace.RESUME:
             # the first prompt's image, then the dump and RESUME, copied as they are
             prompt = prepared.prompt + trace.text(got[dump:])
@@ -460,12 +488,7 @@ def main(path: str, backend: str, max_instructions: int | None, check: bool,
     if check:
         bad = verify(loaded, prepared)
         if bad is not None:
-            ctx = prepared.contexts[bad[0]]
-            want = ctx.printed[bad[1]] if bad[1] < len(ctx.printed) else "<eos>"
-            print(f"rv32i: the model diverges from the reference in context {bad[0]} at its "
-                  f"record {bad[1]} "
-                  f"({want.describe() if isinstance(want, trace.Record) else want})",
-                  file=sys.stderr)
+            print(f"rv32i: the model diverges from the reference {bad}", file=sys.stderr)
             return 3
         recs = prepared.records
     else:

@@ -167,13 +167,14 @@ What the columns compare, plainly:
 {summary}
 
 Size. Every Phi-3 layer has one shape, and every head and lane spans the whole residual width:
-a head whose few query, key and value dims each read one column still holds 4 d_head d
-weights (512 at d_head 8 and d 16), and a lane that reads a column and writes one holds 3 d.
-So even were every layer as busy as the busiest, programs of d near 16 keep parameters /
-nonzero near 12 to 20; the ratio counts what the format holds, not what tracr's dense
-categorical MLPs do. What would lower it further: heads sharing keys and values (Phi-3's
-`num_key_value_heads`), and fewer lanes in the decoders of counts and positions, which sit on
-the critical path in the first layer and so set every layer's MLP width.
+a head whose few query and key dims each read one column still holds 2 d_head d weights of Q
+and O (256 at d_head 8 and d 16), its K and V another 2 d_head d unless the layer's heads
+share one K/V block (Phi-3's `num_key_value_heads`; docs/scheduler.md: most of these programs
+do), and a lane that reads a column and writes one holds 3 d. So even were every layer as
+busy as the busiest, programs of d near 16 keep parameters / nonzero near 10 to 20; the ratio
+counts what the format holds, not what tracr's dense categorical MLPs do. What would lower it
+further: fewer lanes in the decoders of counts and positions, which sit on the critical path
+in the first layer and so set every layer's MLP width.
 
 Depth. Ours are no deeper than tracr's in reverse, shuffle_dyck and shuffle_dyck2 (the last
 two half as deep), and one to four layers deeper in the other twelve. The difference is the

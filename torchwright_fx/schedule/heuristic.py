@@ -38,15 +38,17 @@ def schedule(prog: Program) -> Plan:
         if prog.end_flag is not None:
             stage = _place_end_flag(prog, stage)
         placements.append(balance(prog, stage))  # the busiest layer sets every layer's width
-        if _may_share(prog, stage):  # heads on one shared K/V block a layer, where that is less
+        if _may_share(prog, stage):  # heads on one K/V block a layer, where that is less
             placements.append(balance(prog, stage, share_first=True))
     best = min(placements, key=lambda stage: _parameters(prog, stage))  # the earliest on a tie
     return Plan(stage=best, scheduler="heuristic", status="heuristic")
 
 
 def _may_share(prog: Program, stage: dict[int, int]) -> bool:
-    """Whether some layer has two heads that a shared K/V block could serve (not in half
-    precision: schedule/kv_groups.py)."""
+    """Whether some layer holds two heads, which one shared K/V block might serve (never in
+    half precision: schedule/kv_groups.py). The second balancing runs even where the first
+    shares already: putting no more query heads first finds fewer parameters on some programs
+    (tracr's hist: 70,876 against 89,581)."""
     if prog.precision.half or not prog.head_size:
         return False
     heads = Counter(layer_of(s) for pid, s in stage.items()

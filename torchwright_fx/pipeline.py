@@ -164,7 +164,7 @@ def sized_lowering(gm: torch.fx.GraphModule, vocab: Vocab, opts: Options, start:
     while True:
         try:
             prog = lower(gm, vocab, geom, opts.machine, opts.exact, opts.output == "code",
-                         opts.precision)
+                         opts.precision, opts.share_kv)
             return prog, geom, reason
         except HeadTooSmall as e:
             if opts.d_head is not None or not geom.d_head < e.d_head <= AUTO_D_HEAD_LIMIT:

@@ -165,6 +165,7 @@ class Program:
     # can share K/V blocks (schedule/kv_groups.py); 0 and () where not set
     rotary: int = 0
     self_key: tuple[Lin, ...] = ()
+    share_kv: bool = False  # the heads of a layer may share K/V blocks (Options.share_kv)
     # half precision: the output as step columns u_t = [code >= t] for t in codes[1:], so that
     # lm_head gives token t the logit G * (u_t - u_{t+1}) (one-hot; ``emit/half.py``)
     output_steps: tuple[Lin, ...] = ()

@@ -238,12 +238,14 @@ class Lowering(torch.fx.Interpreter):
 
 def lower(gm: torch.fx.GraphModule, vocab: Vocab, geom: Geometry,
           machine: MachineName | None = None, exact: bool = True,
-          code_output: bool = True, precision: str = "fp32") -> Program:
+          code_output: bool = True, precision: str = "fp32", share_kv: bool = True) -> Program:
     """Every node by its rule. ``exact``: refuse steps the facts cannot prove exact; else
     accept them as ramps and list each in ``Program.approximations`` with the user's line.
-    ``precision``: the arithmetics the constructions are built for (``base/machines.py``)."""
+    ``precision``: the arithmetics the constructions are built for (``base/machines.py``).
+    ``share_kv``: the scheduler may place heads to share K/V blocks (``Options.share_kv``)."""
     prog = Program(vocab, choose_machine(gm, machine), precision=precision_of(precision),
                    head_size=geom.d_head, rotary=geom.rotary,
+                   share_kv=share_kv and not geom.half,
                    self_key=() if geom.half else tuple(attention.self_qk(geom)[1]))
     facts = analyse(gm, vocab, geom.max_seq_len)
     with arithmetic(prog.precision):

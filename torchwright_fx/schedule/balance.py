@@ -109,7 +109,7 @@ def balance(prog: Program, stage: dict[int, int], share_first: bool = False
     lanes: Counter[int] = Counter()
     # heads sharing one K/V block a layer (schedule/kv_groups.py): per layer its heads and whether
     # they fit one block (a misfit keeps a block a head in every layer)
-    sharing = not prog.precision.half and bool(prog.head_size)
+    sharing = prog.share_kv and bool(prog.head_size)
     in_layer: dict[int, set[int]] = {k: set() for k in range(n)}
     fits_cache: dict[frozenset[int], bool] = {}
     misfit = [False] * n

@@ -197,7 +197,7 @@ class _Cost:
         self.lanes = [len({lane for f in ffns for lane in f.lanes}) for _, ffns in members]
         self.vocab = len(prog.vocab)
         self.rooms: list[int] | None = None
-        if not prog.precision.half and prog.head_size:
+        if prog.share_kv and prog.head_size:
             rooms = [kv_groups.value_room(h, prog.head_size, prog.rotary, prog.self_key)
                      for h, _ in members]
             if all(r is not None for r in rooms):

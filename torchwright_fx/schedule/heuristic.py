@@ -49,7 +49,7 @@ def _may_share(prog: Program, stage: dict[int, int]) -> bool:
     half precision: schedule/kv_groups.py). The second balancing runs even where the first
     shares already: putting no more query heads first finds fewer parameters on some programs
     (tracr's hist: 70,876 against 89,581)."""
-    if prog.precision.half or not prog.head_size:
+    if not prog.share_kv or not prog.head_size:
         return False
     heads = Counter(layer_of(s) for pid, s in stage.items()
                     if isinstance(prog.producers[pid], Head))

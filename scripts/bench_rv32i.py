@@ -126,7 +126,9 @@ def markdown(fb: dict, us: dict, long: list[dict], stats: dict) -> str:
         f"{fb['heads']} (hardmax) | {fb['dtype']} | - | {fb['compile_seconds']} s |",
         f"| ours, RV32I (`examples/rv32i`, max_seq_len {stats['max_seq_len']:,}) | "
         f"{stats['layers']} | {stats['d_model']} | {stats['heads_per_layer']} a layer "
-        f"(d_head {stats['d_head']}) | float32 (stock Phi-3) | {stats['parameters']:,} "
+        f"(d_head {stats['d_head']}"
+        + (f"; {stats['kv_heads']} K/V block" if stats['kv_heads'] < stats['heads_per_layer']
+           else "") + f") | float32 (stock Phi-3) | {stats['parameters']:,} "
         f"({stats['nonzero_weights']:,} nonzero) | {stats['compile_seconds']:.1f} s |", "",
         "| run | right | tok/s | instructions/s |",
         "|---|---|---|---|",

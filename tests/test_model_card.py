@@ -119,6 +119,17 @@ def test_cli_writes_gguf_and_refuses_it_for_relu(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "r.gguf").exists()
 
 
+def test_cli_no_share_kv_writes_a_block_a_head(tmp_path):
+    import json
+
+    assert cli.main(["compile", "examples.fibonacci", "-o", str(tmp_path / "a")]) == 0
+    assert cli.main(["compile", "examples.fibonacci", "-o", str(tmp_path / "b"),
+                     "--no-share-kv"]) == 0
+    shared, plain = (json.loads((tmp_path / d / "config.json").read_text()) for d in "ab")
+    assert shared["num_key_value_heads"] < shared["num_attention_heads"]
+    assert plain["num_key_value_heads"] == plain["num_attention_heads"]
+
+
 def pos_digits(x):
     return tw.token("0") + tw.position(x) % 10
 

@@ -1,7 +1,7 @@
 """The ``torchwright-fx`` command.
 
     torchwright-fx compile MODULE[:ATTR] -o DIR [--onnx DIR] [--gguf FILE] [--optimize N]
-                           [--d-model D] [--d-head D] [--max-seq-len N]
+                           [--d-model D] [--d-head D] [--max-seq-len N] [--no-share-kv]
     torchwright-fx report  MODULE[:ATTR] [--optimize N] [--json]
     torchwright-fx run     MODULE[:ATTR] PROMPT [--reference]
     torchwright-fx verify  MODULE[:ATTR] [--samples N --seed S] [--backend hf|runtime|onnx]
@@ -68,6 +68,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
+    if getattr(args, "no_share_kv", False):
+        out["share_kv"] = False
     return out
 
 
@@ -85,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--precision", choices=["fp32", "half"],
                        help="the arithmetics to certify: fp32 (default) or half (fp32, fp16 "
                             "and bf16; an F16 GGUF)")
+        p.add_argument("--no-share-kv", action="store_true",
+                       help="a K and V block for every head (by default a layer's heads share "
+                            "them where they fit: num_key_value_heads < num_attention_heads)")
         if name == "compile":
             p.add_argument("-o", "--output", required=True)
             p.add_argument("--onnx", help="also export ONNX (torch.onnx) into this directory")

@@ -144,6 +144,9 @@ def test_components_schema_and_hooks_address_real_components(saved):
             h = c["head"]
             assert 0 <= h < n_heads and c["id"] == f"a{c['layer']}.h{h}"
             assert c["hook"] == f"blocks.{c['layer']}.attn.hook_z" and c["index"] == h
+            # its K/V block: hook_k and hook_v hold one entry a block
+            rep = n_heads // config["num_key_value_heads"]
+            assert c["kv_index"] == h // rep
             assert c["hook_legacy"] == f"blocks.{c['layer']}.attn.hook_result[{h}]"
             assert set(c["reads"]) == {"q", "k", "v"}
             listed = [(x["layer"], x["head"]) for x in circ.nodes.get(c["fx_node"] or "",

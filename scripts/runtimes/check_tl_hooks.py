@@ -7,8 +7,9 @@ folder given: ``TransformerBridge.boot_transformers(dir, dtype=float32)``, one
 ``run_with_cache`` on a short prompt, then for each component its ``hook`` (``hook_z`` of a
 head, ``hook_post`` of MLP lanes), its bridge name (``hook_bridge``) and its other hooks
 (``hooks``): the name must be a hook of the bridge, and the cached activation must have the
-axis the index addresses (head < n_heads on axis 2 of ``hook_z``; lanes < d_ff on the last
-axis of ``hook_post``). A name the bridge lacks at first is looked up again after
+axis the index addresses (head < n_heads on axis 2 of ``hook_z``; a head's ``kv_index`` on
+axis 2 of ``hook_k`` and ``hook_v``, which hold one entry a K/V block; lanes < d_ff on the
+last axis of ``hook_post``). A name the bridge lacks at first is looked up again after
 ``enable_compatibility_mode(no_processing=True)``, which registers the legacy aliases; the
 table says which needed it. Exits 1 if any name is missing in both.
 """
@@ -40,7 +41,7 @@ def axis_ok(hook: str, index: Any, cache: dict[str, Any]) -> bool | None:
     if hook not in cache:
         return None
     shape = tuple(cache[hook].shape)
-    if hook.endswith("hook_z"):
+    if hook.endswith(("hook_z", "hook_k", "hook_v")):
         return len(shape) == 4 and 0 <= index < shape[2]
     return all(0 <= i < shape[-1] for i in index)
 
@@ -55,7 +56,8 @@ def check(directory: Path) -> list[str]:
     for c in comps["components"]:
         wanted.append((c["id"], c["hook"], c["index"]))
         wanted.append((c["id"], c["hook_bridge"], None))
-        wanted += [(c["id"], h, None) for h in c["hooks"].values()]
+        wanted += [(c["id"], h, c["kv_index"] if key in ("k", "v") and "kv_index" in c else None)
+                   for key, h in c["hooks"].items()]
     missing = [w for w in wanted if w[1] not in names]
     compat: set[str] = set()
     if missing:

@@ -342,9 +342,12 @@ def edges(prog: Program, plan: Plan, placement: Placement, d_head: int, name: st
 
 
 # -- components.json ------------------------------------------------------------------------------
-def _head_hooks(layer: int, h: int, d_head: int) -> dict[str, Any]:
+def _head_hooks(layer: int, h: int, d_head: int, kv: int) -> dict[str, Any]:
+    """``kv``: the head's K/V block, the index of its hook_k and hook_v (heads of a layer may
+    share one: schedule/kv_groups.py)."""
     a = f"blocks.{layer}.attn"
-    return {"hook": f"{a}.hook_z", "index": h, "selector": f"{a}.hook_z[:, :, {h}]",
+    return {"hook": f"{a}.hook_z", "index": h, "kv_index": kv,
+            "selector": f"{a}.hook_z[:, :, {h}]",
             "module": f"model.layers.{layer}.self_attn.o_proj",
             "module_columns": list(range(h * d_head, (h + 1) * d_head)),
             "hook_bridge": f"{a}.o.hook_in", "hook_legacy": f"{a}.hook_result[{h}]",
@@ -389,13 +392,15 @@ def components(gm: torch.fx.GraphModule, prog: Program, plan: Plan, placement: P
                     writes[w].append(entry)
 
     out: list[dict[str, Any]] = []
+    rep = placement.n_heads // placement.kv_heads  # query heads a K/V block
     for layer, h, head in t.heads:
         unit = f"a{layer}.h{h}"
         cancel = h >= t.first_cancel[layer]
         node = CANCEL if cancel else head.name
         op, source = ("", "") if cancel else fx.get(node, ("internal", head.source))
         comp: dict[str, Any] = {"id": unit, "kind": "head", "layer": layer, "head": h,
-                                **_head_hooks(layer, h, d_head), "role": role_of(op, node, True),
+                                **_head_hooks(layer, h, d_head, h // rep),
+                                "role": role_of(op, node, True),
                                 "fx_node": None if cancel else node, "op": op or None,
                                 "source": source or None}
         reads = parents.get(unit, {})

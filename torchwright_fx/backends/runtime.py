@@ -68,9 +68,7 @@ class Weights:
 
         self.embed, self.final_norm, self.lm_head = (cast(t) for t in
                                                      (m.embed, m.final_norm, m.lm_head))
-        # shared K/V blocks (Machine.n_kv_heads) repeated per query head: the same arithmetic
-        self.layers = [tuple(cast(t) for t in (m.mha_qkv(la.qkv), la.o, la.gate_up, la.down,
-                                               la.norm_attn, la.norm_mlp)) for la in m.layers]
+        self.layers: list[tuple[torch.Tensor, ...]] = []
         self._cos = self._sin = torch.empty(0)
         # per layer, the heads with any Q, K or V weight and any O weight first, then the
         # others (None: every head has both), and how many have both: the K/V cache keeps
@@ -78,10 +76,14 @@ class Weights:
         self.order: list[torch.Tensor | None] = []
         self.live: list[int] = []
         for la in m.layers:
+            # shared K/V blocks (Machine.n_kv_heads) repeated per query head: the same
+            # arithmetic
+            qkv = m.mha_qkv(la.qkv)
+            self.layers.append(tuple(cast(t) for t in (qkv, la.o, la.gate_up, la.down,
+                                                       la.norm_attn, la.norm_mlp)))
             # (a query head of a shared K/V block with no O weights adds 0 as well)
-            per_head = m.mha_qkv(la.qkv).reshape(3, m.n_heads, m.d_head, -1).ne(0) \
-                .any(-1).any(-1).any(0) & la.o.reshape(-1, m.n_heads, m.d_head).ne(0) \
-                .any(-1).any(0)
+            per_head = qkv.reshape(3, m.n_heads, m.d_head, -1).ne(0).any(-1).any(-1).any(0) \
+                & la.o.reshape(-1, m.n_heads, m.d_head).ne(0).any(-1).any(0)
             self.live.append(int(per_head.sum()))
             self.order.append(None if bool(per_head.all()) else
                               torch.argsort(~per_head, stable=True))

@@ -338,7 +338,7 @@ def _clear_geometry_caches() -> None:
     from torchwright_fx.ops import attention, position
 
     for cached in (attention.lobe, attention._gap, attention._certified,
-                   position.measured_error, position.knots, position._counts,
+                   position.measured_error, position.knots, position.pieces,
                    position.chord_error, position.two_stages):
         cached.cache_clear()
 

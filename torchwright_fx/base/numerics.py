@@ -299,13 +299,19 @@ POSITION_READ_ROUNDINGS = 16
 # half of it, within CHORD_ERROR / 2 of it plus fp32 rounding. Consumers add positions (a
 # gather's source, steps_since), so the decoder stays well inside the tolerance.
 CHORD_ERROR = 0.002
+# SwiGLU: each lane adds a quadratic piece, exact at the counts where pieces meet and within
+# this of every count in between. At this allowance the decoder's measured bound is below the
+# chord decoder's at every length to TWO_STAGE_LENGTH (1.3e-5 against 2e-5 at 42, 5.5e-4
+# against 2.8e-3 at 512), so no consumer of a position gets a noisier one; at 1e-3 it would
+# save a few more lanes (72 instead of 138 at 512) for a hundred times the noise at 42.
+PIECE_ERROR = 1e-4
 # Two stages: the Newton step leaves at most this error (e**2 / (c+1) with the coarse error e
 # allowed to grow as sqrt(NEWTON_ERROR * (c + 1))).
 NEWTON_ERROR = 0.001
 # Beyond this length the SwiGLU decoder takes two stages (two more MLP sublayers): one stage's
-# lanes grow as sqrt(max_seq_len / CHORD_ERROR) (503 at 512, 1,090 at 2048) and its fp32
-# rounding nears 0.01 at 8192, while two stages take O(max_seq_len ** (1/4)) lanes (103 at
-# 1024, 254 at 131072). Every example compiles at 512 or less, where one stage is kept.
+# lanes grow fast once its pieces are short (138 at 512, 316 at 2048) and its fp32 rounding
+# nears 0.01 at 8192, while two stages take tens of lanes (22 at 2048, 47 at 131072). Every
+# example compiles at 512 or less, where one stage is kept.
 TWO_STAGE_LENGTH = 512
 # The reciprocal of an exact count (ops/position.py): the interpolant's chord stays within this
 # relative error of 1/m, and one Newton step squares it (2.5e-7), below fp32's own rounding of

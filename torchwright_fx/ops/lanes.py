@@ -44,6 +44,14 @@ class Bank:
         else:
             self.lane(out, z, Lin.constant(1.0), weight)
 
+    def hinge_times(self, out: int, z: Lin, factor: Lin, weight: float = 1.0,
+                    sharpness: float = 1.0) -> None:
+        """Add ``weight * relu(z) * factor`` (a gated machine's up carries ``factor``): exact
+        where ``hinge`` is, a quadratic piece when both are affine in one stream."""
+        assert self.machine.gated_up, "relu(z) * factor needs a gated up projection"
+        k = SILU_SCALE * sharpness if self.machine.smooth_hinge else 1.0
+        self.lane(out, z * k, factor * (1.0 / k), weight)
+
     def const(self, out: int, value: float) -> None:
         self.consts[out] += value
 

@@ -172,9 +172,13 @@ and O (256 at d_head 8 and d 16), its K and V another 2 d_head d unless the laye
 share one K/V block (Phi-3's `num_key_value_heads`; docs/scheduler.md: most of these programs
 do), and a lane that reads a column and writes one holds 3 d. So even were every layer as
 busy as the busiest, programs of d near 16 keep parameters / nonzero near 10 to 20; the ratio
-counts what the format holds, not what tracr's dense categorical MLPs do. What would lower it
-further: fewer lanes in the decoders of counts and positions, which sit on the critical path
-in the first layer and so set every layer's MLP width.
+counts what the format holds, not what tracr's dense categorical MLPs do. The decoders of
+counts and positions, on the critical path in the first layers and so setting every layer's
+MLP width, take quadratic pieces (two counts or more a lane: 21 lanes at 42 positions, where
+hinges took 41). What is left: the printing tables, staircases of two lanes per change of
+value (length and count spend 96 of their 98 lanes on the printer's `tw.lookup2`); the
+attention blocks at d_head 8, a third of the parameters of the five-layer programs for a few
+dozen nonzero weights; and the selections of sort_unique and sort_freq over 26 and 9 classes.
 
 Depth. Ours are no deeper than tracr's in reverse, shuffle_dyck and shuffle_dyck2 (the last
 two half as deep), and one to four layers deeper in the other twelve. The difference is the

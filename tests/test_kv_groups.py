@@ -71,12 +71,21 @@ def test_a_group_holds_at_most_d_head_keys_and_values():
     one_more_value = _head({}, {}, [Lin.of(98)], 1)
     assert merge([wide, one_more_key], D_HEAD, ROTARY) is None
     assert merge([wide, one_more_value], D_HEAD, ROTARY) is None
-    # choose takes the fewest groups of consecutive heads that fit, or a block a head
-    n, groups = choose([[wide, one_more_key]], 2, D_HEAD, ROTARY)
-    assert n == 2 and groups is None
+    # choose takes the fewest heads + groups that fit, or a block a head
+    heads, n, groups = choose([[wide, one_more_key]], 2, D_HEAD, ROTARY)
+    assert (heads, n, groups) == (2, 2, None)
     idle = _head({}, {}, [], 1)
-    n, groups = choose([[wide, idle, one_more_key, one_more_value]], 4, D_HEAD, ROTARY)
-    assert n == 2 and groups is not None and len(groups[0]) == 2
+    heads, n, groups = choose([[wide, idle, one_more_key, one_more_value]], 4, D_HEAD, ROTARY)
+    assert (heads, n) == (4, 2) and groups is not None and len(groups[0]) == 2
+
+
+def test_a_layer_is_padded_where_more_slots_divide_better():
+    # five heads of two keys each: two fit a block (four NoPE rows), three do not. Five slots
+    # divide into 1 or 5 groups (cost 5 + 5); six slots into 3 groups of two (6 + 3)
+    heads5 = [_head({4: Lin.of(i), 5: Lin.of(i)}, {4: Lin.of(10 + 2 * i), 5: Lin.of(11 + 2 * i)},
+                    [Lin.of(50 + i)], i) for i in range(5)]
+    heads, n, groups = choose([heads5], 5, D_HEAD, ROTARY)
+    assert (heads, n) == (6, 3) and groups is not None and len(groups[0]) == 3
 
 
 # examples whose heads share: fibonacci (10 heads, one block), adder_v2 (12 heads, two blocks:

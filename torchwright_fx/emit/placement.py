@@ -85,8 +85,8 @@ def place(prog: Program, plan: Plan, geom: Geometry, share_kv: bool = True) -> P
     d_ff = max(1, max(len(la.lane_index) for la in layers))
     if prog.precision.half or not share_kv:  # (half's certificate reads each head's blocks)
         return Placement(tuple(layers), n_heads, d_ff)
-    n_kv, groups = kv_groups.choose([la.heads for la in layers], n_heads, geom.d_head,
-                                    geom.rotary)
+    n_heads, n_kv, groups = kv_groups.choose([la.heads for la in layers], n_heads,
+                                             geom.d_head, geom.rotary)
     if groups is not None:
         layers = [replace(la, kv=g) for la, g in zip(layers, groups, strict=True)]
     return Placement(tuple(layers), n_heads, d_ff, n_kv)

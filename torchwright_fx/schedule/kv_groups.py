@@ -17,11 +17,12 @@ score and no output when the blocks are merged as follows:
 - every value a head moves goes to a V slot of its group (shared where two heads move the same
   affine form); its O columns read that slot.
 
-``choose`` takes the fewest groups (a divisor of ``n_heads``) at which every layer's heads fit
-their group's ``d_head`` K and V rows; with as many groups as heads nothing is merged and the
-layout is Phi-3's plain one. Heads keep their order (the circuit map's head indices do not
-move). Half-precision builds keep one group per head (their certificate reads each head's own
-K and V blocks).
+``choose`` takes the head count and groups (a divisor of it) of fewest attention weights at which
+every layer's heads fit their group's ``d_head`` K and V rows: the busiest layer's heads,
+padded with empty slots where more slots divide better (9 heads on 9 blocks, or 10 on 5). With
+as many groups as heads nothing is merged and the layout is Phi-3's plain one. Heads keep
+their order (the circuit map's head indices do not move). Half-precision builds keep one
+group per head (their certificate reads each head's own K and V blocks).
 """
 
 from __future__ import annotations
@@ -119,16 +120,25 @@ def layout(heads: Sequence[Head], n_heads: int, n_groups: int, d_head: int, rota
 
 
 def choose(layers: Sequence[Sequence[Head]], n_heads: int, d_head: int, rotary: int
-           ) -> tuple[int, list[tuple[KvGroup, ...]] | None]:
-    """The fewest groups every layer's heads fit, and each layer's groups (None: as many
-    groups as heads, Phi-3's plain layout)."""
-    for n_groups in range(1, n_heads):
-        if n_heads % n_groups:
-            continue
-        found = [layout(heads, n_heads, n_groups, d_head, rotary) for heads in layers]
-        if all(f is not None for f in found):
-            return n_groups, found  # type: ignore[return-value]
-    return n_heads, None
+           ) -> tuple[int, int, list[tuple[KvGroup, ...]] | None]:
+    """(query heads a layer, K/V blocks a layer, each layer's groups) of the fewest attention
+    weights. A query head costs its Q and O rows, a block its K and V rows, so the cost is
+    heads + blocks: the busiest layer's ``n_heads`` may be padded with empty heads, up to
+    twice as many, where that lets heads share blocks (9 heads whose keys fit two a block: 10
+    heads on 5 blocks, 15 against 18). None: a block a head, Phi-3's plain layout."""
+    best: tuple[int, int, int, list[tuple[KvGroup, ...]] | None] = \
+        (2 * n_heads, n_heads, n_heads, None)
+    for total in range(n_heads, 2 * n_heads):
+        for n_groups in range(1, total):
+            if total + n_groups >= best[0]:
+                break
+            if total % n_groups:
+                continue
+            found = [layout(heads, total, n_groups, d_head, rotary) for heads in layers]
+            if all(f is not None for f in found):
+                best = (total + n_groups, total, n_groups, found)  # type: ignore[assignment]
+                break
+    return best[1], best[2], best[3]
 
 
 def value_room(heads: Sequence[Head], d_head: int, rotary: int, self_key: Sequence[Lin]

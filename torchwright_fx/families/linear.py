@@ -77,9 +77,33 @@ def _getitem(ctx: LowerCtx, v: Any, index: Any) -> Stream:
     last = idx[1]
     if last is None:  # v[:, None] turns a [seq] stream into [seq, 1]: the same column
         return v
-    picked = cols[last] if isinstance(last, slice) else (
-        [cols[i] for i in last] if isinstance(last, (list, tuple)) else [cols[int(last)]])
+    if isinstance(last, slice):
+        picked = cols[last]
+    elif isinstance(last, (list, tuple)):
+        picked = _listed(ctx, cols, list(last))
+    else:
+        if isinstance(last, float) and not last.is_integer():
+            raise ctx.error(f"column index {last!r} is not a whole number (torch refuses a "
+                            "float index)", "index with an int: v[:, int(j)]")
+        picked = [cols[int(last)]]
     return Stream([v.cols[i] for i in picked], [v.ranges[i] for i in picked], v.is_bool)
+
+
+def _listed(ctx: LowerCtx, cols: list[int], last: list[Any]) -> list[int]:
+    """The columns a list index picks, as torch reads it: bools are a mask (one per column);
+    numbers are indices, floats truncated toward zero (``x[:, [tw.token("a")]]``: token codes
+    are floats)."""
+    if last and all(isinstance(i, bool) for i in last):
+        if len(last) != len(cols):
+            raise ctx.error(f"a mask of {len(last)} bools indexes {len(cols)} columns",
+                            "give one bool per column, or index by column numbers")
+        return [c for c, keep in zip(cols, last, strict=True) if keep]
+    try:
+        return [cols[int(i)] for i in last]
+    except (TypeError, ValueError, IndexError) as e:
+        raise ctx.error(f"column index list {last!r}: {e}",
+                        f"index the {len(cols)} columns with whole numbers "
+                        f"(-{len(cols)} to {len(cols) - 1})") from None
 
 
 @lowering(torch.cat, torch.concat, torch.concatenate)

@@ -73,37 +73,44 @@ def _getitem(ctx: LowerCtx, v: Any, index: Any) -> Stream:
         raise ctx.error(f"index {index!r} selects positions",
                         "streams may only be indexed on the last dim (v[:, j], v[..., a:b]); "
                         "move between positions with tw.shift / tw.latch")
-    cols = list(range(v.width))
     last = idx[1]
     if last is None:  # v[:, None] turns a [seq] stream into [seq, 1]: the same column
         return v
-    if isinstance(last, slice):
-        picked = cols[last]
-    elif isinstance(last, (list, tuple)):
-        picked = _listed(ctx, cols, list(last))
-    else:
-        if isinstance(last, float) and not last.is_integer():
-            raise ctx.error(f"column index {last!r} is not a whole number (torch refuses a "
-                            "float index)", "index with an int: v[:, int(j)]")
-        picked = [cols[int(last)]]
+    try:
+        picked = picked_columns(v.width, last)
+    except _BadIndex as e:
+        raise ctx.error(e.reason, e.advice) from None
     return Stream([v.cols[i] for i in picked], [v.ranges[i] for i in picked], v.is_bool)
 
 
-def _listed(ctx: LowerCtx, cols: list[int], last: list[Any]) -> list[int]:
-    """The columns a list index picks, as torch reads it: bools are a mask (one per column);
-    numbers are indices, floats truncated toward zero (``x[:, [tw.token("a")]]``: token codes
-    are floats)."""
-    if last and all(isinstance(i, bool) for i in last):
-        if len(last) != len(cols):
-            raise ctx.error(f"a mask of {len(last)} bools indexes {len(cols)} columns",
-                            "give one bool per column, or index by column numbers")
-        return [c for c, keep in zip(cols, last, strict=True) if keep]
+class _BadIndex(ValueError):
+    def __init__(self, reason: str, advice: str):
+        super().__init__(reason)
+        self.reason, self.advice = reason, advice
+
+
+def picked_columns(width: int, last: Any) -> list[int]:
+    """The columns ``v[:, last]`` picks, as torch reads it: a slice; a list of bools, a mask
+    (one per column); a list of numbers, indices with floats truncated toward zero
+    (``x[:, [tw.token(c) for c in "ab"]]``: token codes are floats); one number."""
+    cols = list(range(width))
+    if isinstance(last, slice):
+        return cols[last]
+    listed = list(last) if isinstance(last, (list, tuple)) else None
+    if listed and all(isinstance(i, bool) for i in listed):
+        if len(listed) != width:
+            raise _BadIndex(f"a mask of {len(listed)} bools indexes {width} columns",
+                              "give one bool per column, or index by column numbers")
+        return [c for c, keep in zip(cols, listed, strict=True) if keep]
+    if listed is None and isinstance(last, float) and not last.is_integer():
+        raise _BadIndex(f"column index {last!r} is not a whole number (torch refuses a "
+                          "float index)", "index with an int: v[:, int(j)]")
     try:
-        return [cols[int(i)] for i in last]
+        return [cols[int(i)] for i in (listed if listed is not None else [last])]
     except (TypeError, ValueError, IndexError) as e:
-        raise ctx.error(f"column index list {last!r}: {e}",
-                        f"index the {len(cols)} columns with whole numbers "
-                        f"(-{len(cols)} to {len(cols) - 1})") from None
+        raise _BadIndex(f"column index {last!r}: {e}",
+                          f"index the {width} columns with whole numbers (-{width} to "
+                          f"{width - 1})") from None
 
 
 @lowering(torch.cat, torch.concat, torch.concatenate)
@@ -250,13 +257,13 @@ def _getitem_facts(ctx: FactsCtx, v: Any, index: Any) -> NodeFacts:
         idx = (slice(None), *idx[1:])
     if len(idx) != 2 or idx[0] != slice(None):
         raise ctx.error(f"index {index!r} selects positions")
-    cols = list(range(v.width))
     last = idx[1]
     if last is None:
         return v
-    picked = cols[last] if isinstance(last, slice) else (
-        [cols[i] for i in last] if isinstance(last, (list, tuple)) else [cols[int(last)]])
-    return v.columns(picked)
+    try:
+        return v.columns(picked_columns(v.width, last))
+    except _BadIndex as e:
+        raise ctx.error(f"{e.reason}: {e.advice}") from None
 
 
 def _cat_facts(parts: list[NodeFacts]) -> NodeFacts:

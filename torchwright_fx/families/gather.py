@@ -6,6 +6,7 @@ key matches (docs/attention.md, "The limits that remain" and "Long contexts").""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -205,3 +206,92 @@ def gather(v: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
 @facts(gather)
 def _gather_facts(ctx: FactsCtx, v: NodeFacts, at: NodeFacts) -> NodeFacts:
     return moved_facts(ctx, v)
+
+
+# -- select(position + c, q, "==") read by select_latest: the square, with a fallback ---------
+@dataclass(frozen=True, eq=False)
+class PositionMatch(selection.Leaf):
+    """``select(keys, queries, "==")`` whose keys are the position plus a whole constant c:
+    at most one key j >= 1 matches, the one at position ``at = queries - c``. Read as any
+    selection; ``select_latest`` reads it by ``match_position`` where that is certified."""
+
+    at: Lin = field(default_factory=Lin)
+    at_rng: Interval = field(default_factory=lambda: Interval.point(0.0))
+
+
+def position_match(ctx: LowerCtx, keys: Stream, queries: Stream, leaf: selection.Leaf
+                   ) -> selection.Leaf:
+    """``leaf`` as a PositionMatch where its keys are the position the program already
+    decoded (plus a whole constant) and its queries one whole-number column; else itself."""
+    shared = ctx.prog.shared
+    pos = shared.exact_position if ctx.geom.max_seq_len > numerics.EXACT_POSITION_LENGTH \
+        else shared.position
+    if pos is None or ctx.prog.precision.half or keys.width != 1 or queries.width != 1:
+        return leaf
+    offset = keys.cols[0] - pos
+    q_rng = queries.ranges[0]
+    if offset.terms or not float(offset.const).is_integer() or not (q_rng.integral and
+                                                                    q_rng.finite):
+        return leaf
+    c = offset.const
+    return PositionMatch(leaf.keys, leaf.queries, leaf.pred, leaf.label, leaf.op,
+                         queries.cols[0] - c, q_rng.shift(-c))
+
+
+def _match_problem(ctx: LowerCtx, sel: PositionMatch, t_square_error: float) -> str | None:
+    """Why ``match_position``'s head cannot be certified (None: it can). The match leads
+    <bos> by half the gain and <bos> leads every other key by half the gain, less what the
+    decoded positions, the squares and fp32's rounding of the logits take."""
+    from torchwright_fx.ops.position import POSITION_TOLERANCE
+
+    e = position_range(ctx).noise + sel.at_rng.noise
+    if e > POSITION_TOLERANCE:
+        return f"the matched position may be off by {e:.3g}"
+    gain, c, n = _match_gain(), _centre(ctx.geom.max_seq_len), ctx.geom.max_seq_len
+    top = float(max(c, n - 1 - c))
+    t_top = max(abs(sel.at_rng.lo - c), abs(sel.at_rng.hi - c))
+    t_max = max(abs(sel.at_rng.lo), abs(sel.at_rng.hi))
+    rounding = attention.logit_rounding([2 * gain * top * t_top, gain * top * top,
+                                         gain * (t_max * t_max + 0.5)])
+    lead = gain * (0.5 - 2 * e)  # (1 - e)^2 - 1/2 and 1/2 - e^2, both above 1/2 - 2e
+    lost = gain * (ctx.prog.shared.position_squared_error + t_square_error) + 2 * rounding
+    if lead - lost < numerics.ATTENTION_MARGIN:
+        return (f"select_latest on positions at max_seq_len={n}: its logits (up to "
+                f"{3 * gain * top * top:.3g}) leave {lead - lost:.3g} of the attention margin "
+                f"{numerics.ATTENTION_MARGIN:g}")
+    return None
+
+
+def _match_gain() -> float:
+    """Twice gather's: the nearest rival (<bos>, or <bos>'s nearest) trails by half of it."""
+    return 2.0 * _square_gain()
+
+
+def match_position(ctx: LowerCtx, sel: PositionMatch, values: list[Lin], ranges: list[Interval],
+                   is_bool: bool) -> Stream | None:
+    """``values`` (<bos> row: the default) at the key whose position is ``at`` (1 <= at <= i),
+    the <bos> row where there is none: one head scoring ``-gain (p_j - at)^2`` on the keys
+    j >= 1 and ``-gain / 2`` on <bos> (its query term ``gain (at^2 - 1/2)`` cancels the square
+    <bos>'s position 0 would score). None where it is not certified (the selection's own
+    classes read it then)."""
+    if not ctx.prog.machine.gated_up:
+        return None
+    at, at_rng = sel.at, sel.at_rng
+    t_max = max(abs(at_rng.lo), abs(at_rng.hi))
+    t_square_error = ffn.product_rounding(at_rng, at_rng) + 2 * t_max * at_rng.noise + \
+        at_rng.noise ** 2
+    pos = position_lin(ctx)
+    square = _square_of_position(ctx, pos)
+    if _match_problem(ctx, sel, t_square_error) is not None:
+        return None
+    bank = ctx.bank(1)
+    ffn.product(bank, 0, at, at_rng, at, at_rng)
+    (t_square,) = bank.finish(ctx.prog, [Interval(0.0, t_max * t_max, True,
+                                                  noise=t_square_error)],
+                              f"{ctx.name}.at_squared", ctx.source)
+    gain, c = _match_gain(), _centre(ctx.geom.max_seq_len)
+    terms = [((at - c) * (2.0 * gain), pos - c), (Lin.constant(-gain), square),
+             ((t_square - 0.5) * gain, ctx.bos_indicator())]
+    cols = attention.query_scored(ctx.prog, ctx.geom, values, ranges, terms, ctx.name,
+                                  ctx.source)
+    return Stream(cols, ranges, is_bool)

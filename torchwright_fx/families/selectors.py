@@ -35,6 +35,10 @@ tuple of values. The ``<bos>`` key has all content features zero and its own dim
   so its weight is ``1/(w+1)``; the position decoder (``ops/position.py``) turns that into w;
 - select_latest: ``G`` is the latch's validity gain ``C = 2A + B`` on top of the recency lobe
   ``A cos(theta (i - j))``, certified by the latch's fp32 margin replay.
+
+An ``==`` whose keys are the position plus a constant (RASP's ``Select(indices, f, EQ)``) read
+by aggregate or select_latest selects one key at most: one head scoring the square of the
+distance instead, no class per position (``gather.match_position``), where certified.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from torchwright_fx.capture.registry import (
     resolve_callables,
     token_value,
 )
-from torchwright_fx.families import bit_select, counts, digits, selection, selection_heads
+from torchwright_fx.families import bit_select, counts, digits, gather, selection, selection_heads
 from torchwright_fx.families.intrinsics import (
     as_column,
     moved_ranges,
@@ -132,9 +136,10 @@ def _lower_select(ctx: LowerCtx, keys: Any, queries: Any, predicate: Any) -> Sel
                                           selection.value_at_bos(ctx, 1, "queries"))
         if by_digits is not None:
             return by_digits
-    return Leaf((selection.side(ctx, k, "keys", 0),), (selection.side(ctx, q, "queries", 1),),
+    leaf = Leaf((selection.side(ctx, k, "keys", 0),), (selection.side(ctx, q, "queries", 1),),
                 lambda kv, qv: pred(kv[0], qv[0]), _describe(predicate),
                 predicate if isinstance(predicate, str) else None)
+    return gather.position_match(ctx, k, q, leaf) if predicate == "==" else leaf
 
 
 @intrinsic(_lower_select)
@@ -227,6 +232,15 @@ def _with_default(ctx: LowerCtx, v: Stream, default: float) -> list[Lin]:
     return [c + bos * (default - b) for c, b in zip(v.cols, at_bos, strict=True)]
 
 
+def _matched(ctx: LowerCtx, sel: Selector, v: Stream, default: float) -> Stream | None:
+    """``select(position + c, q, "==")`` read by one head, no class per position
+    (``gather.match_position``); None where ``sel`` is not that or the head is not certified."""
+    if not isinstance(sel, gather.PositionMatch):
+        return None
+    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
+    return gather.match_position(ctx, sel, _with_default(ctx, v, default), ranges, v.is_bool)
+
+
 def _check_selector(ctx: LowerCtx, sel: Any) -> Selector:
     if not isinstance(sel, Selector):
         raise ctx.error("expected a selector from tw.select", "build it with "
@@ -243,6 +257,9 @@ def _lower_aggregate(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Str
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
+    matched = _matched(ctx, sel, v, default)  # at most one key: its value, no mean
+    if matched is not None:
+        return matched
     feats = selection.content(ctx, sel, "aggregate")
     if feats is None:
         return _const_stream(default, v.width)
@@ -315,10 +332,13 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
+    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
+    matched = _matched(ctx, sel, v, default)
+    if matched is not None:
+        return matched
     feats = selection.content(ctx, sel, "select_latest")
     if feats is None:
         return _const_stream(default, v.width)
-    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
     if ctx.prog.precision.half:  # recency from the exact position (ops/position_half.py)
         return Stream(selection_heads.latest_half(ctx, feats, _with_default(ctx, v, default),
                                             ranges), ranges, v.is_bool)

@@ -339,7 +339,7 @@ def _clear_geometry_caches() -> None:
 
     for cached in (attention.lobe, attention._gap, attention._certified,
                    position.measured_error, position.knots, position.pieces,
-                   position.chord_error, position.two_stages):
+                   position.chord_error, position.two_stages, position.error_at_bos):
         cached.cache_clear()
 
 

@@ -60,3 +60,11 @@ def test_a_decoded_position_is_exact_at_every_position(machine):
                          machine=machine).compile()
     ids = VOCAB.encode("0123456789" * 29 + "01234")
     assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids))
+
+
+@pytest.mark.parametrize("n", [2, 42, 512, 2048])
+def test_swiglu_decodes_bos_as_exactly_zero(n):
+    """``gather.match_position`` builds <bos>'s logit from the target squared, trusting the
+    decoded position 0 there: every SwiGLU lane is exactly 0 at the head's output 1."""
+    assert position.error_at_bos(SWIGLU, n) == 0.0
+    assert position.error_at_bos(RELU, 512) > 0.0  # the centred chords' offset

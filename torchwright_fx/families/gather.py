@@ -242,7 +242,7 @@ def _match_problem(ctx: LowerCtx, sel: PositionMatch, t_square_error: float) -> 
     """Why ``match_position``'s head cannot be certified (None: it can). The match leads
     <bos> by half the gain and <bos> leads every other key by half the gain, less what the
     decoded positions, the squares and fp32's rounding of the logits take."""
-    from torchwright_fx.ops.position import POSITION_TOLERANCE
+    from torchwright_fx.ops.position import POSITION_TOLERANCE, error_at_bos
 
     e = position_range(ctx).noise + sel.at_rng.noise
     if e > POSITION_TOLERANCE:
@@ -254,7 +254,11 @@ def _match_problem(ctx: LowerCtx, sel: PositionMatch, t_square_error: float) -> 
     rounding = attention.logit_rounding([2 * gain * top * t_top, gain * top * top,
                                          gain * (t_max * t_max + 0.5)])
     lead = gain * (0.5 - 2 * e)  # (1 - e)^2 - 1/2 and 1/2 - e^2, both above 1/2 - 2e
-    lost = gain * (ctx.prog.shared.position_squared_error + t_square_error) + 2 * rounding
+    # <bos>'s logit is built from t^2, not from (p_0 - t)^2: a decoded p_0 off 0 moves it by
+    # 2 |t| |p_0| (none where the position is exact: long contexts, and SwiGLU's decoder at 0)
+    at_bos = 0.0 if n > numerics.EXACT_POSITION_LENGTH else error_at_bos(ctx.prog.machine, n)
+    lost = gain * (ctx.prog.shared.position_squared_error + t_square_error +
+                   2 * t_max * at_bos) + 2 * rounding
     if lead - lost < numerics.ATTENTION_MARGIN:
         return (f"select_latest on positions at max_seq_len={n}: its logits (up to "
                 f"{3 * gain * top * top:.3g}) leave {lead - lost:.3g} of the attention margin "

@@ -199,6 +199,14 @@ def noise(machine: MachineKind, n: int, lean: bool = False) -> float:
     return _bound(n, measured_error(n, machine, two))
 
 
+@lru_cache(maxsize=64)
+def error_at_bos(machine: MachineKind, n: int) -> float:
+    """The bound on |compiled position - 0| at <bos>, where the head's output is exactly 1:
+    twice the fp32 replay there. On SwiGLU every lane is exactly 0 there (the first piece's
+    gate is k - k, the others' SiLU underflows), so it is 0 in any order of summation."""
+    return 2.0 * abs(float(_replay(n, machine, two_stages(machine, n))[0]))
+
+
 def lane_count(machine: MachineKind, n: int) -> int:
     """MLP lanes of one decoder (knots, plus two products of two lanes in two stages)."""
     if not machine.gated_up:

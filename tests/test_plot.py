@@ -75,8 +75,10 @@ def test_plan_text_names_heads_lanes_columns_and_cancels():
     small = binary_increment.make(max_bits=4, max_seq_len=32, d_model=32)  # recycles columns
     b = small.build
     text = plot.plan_text(b.program, b.plan, b.placement, "binary_increment")
-    # the cancel moves to layer 1, which has room (columns.spread_cancels): 5 heads a layer
-    assert "layer 1 attention: 2 heads + 1 cancel" in text and "5 heads/layer" in text
+    # the cancel moves to layer 1, which has room (columns.spread_cancels): 5 heads in the
+    # busiest layer, padded to 6 slots on 3 K/V blocks (schedule/kv_groups.py: 6 + 3 < 5 + 5)
+    assert "layer 0 attention: 5 heads" in text and "layer 1 attention: 2 heads + 1 cancel" in text
+    assert (b.placement.n_heads, b.placement.kv_heads) == (6, 3) and "6 heads/layer" in text
     assert "head 0: shift -> column" in text and "head 0: latch -> columns" in text
     assert "cancel, zeroes columns" in text and "steps_since.position: lanes" in text
     assert text.splitlines()[-1].startswith("output (lm_head) reads: ")

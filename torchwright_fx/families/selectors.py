@@ -1,41 +1,26 @@
 """RASP's query-dependent attention: ``select``, ``aggregate``, ``selector_width`` and
 ``select_latest`` — their eager semantics, their facts and the heads that read a selector.
-How a selector becomes content dims of a head (its values, indicator columns, classes,
-parts) is in ``torchwright_fx/families/selection.py``.
+How a selector becomes content dims of a head is in ``families/selection.py``.
 
 Semantics (causal, as every stream here). ``tw.select(keys, queries, predicate)`` is the
 relation "position i selects position j" for ``1 <= j <= i`` where
 ``predicate(keys[j], queries[i])`` holds (RASP's order: key first). The ``<bos>`` row
 (j = 0) is never selected: it is the fallback, as in ``tw.latch``. Eagerly a selector is a
-bool tensor ``[seq, seq]`` (row i = query position) holding the predicate on every pair;
-``&``, ``|`` and ``~`` combine selectors (RASP's SelectAnd / SelectOr / SelectNot) and the
-causal mask ``1 <= j <= i`` is applied by the readers:
+bool tensor ``[seq, seq]`` (row i = query position); ``&``, ``|`` and ``~`` combine selectors
+and the readers apply the causal mask ``1 <= j <= i``:
 
 - ``aggregate(sel, v, default=0)``: the mean of ``v`` over the selected j; ``default`` when
   none is selected (RASP's numerical and, with one selected value, categorical Aggregate).
 - ``select_latest(sel, v, default=0)``: ``v`` at the largest selected j; ``default`` when none.
 - ``selector_width(sel)``: the number of selected j, a whole number.
 
-The construction (docs/attention.md, "Query-dependent selection"). Keys and queries take
-finitely many values (token codes, integers, a grid). Each side is one-hot encoded by an MLP
-(``[x == v]`` per value, exact 0/1; the token stream is its own one-hot). The predicate is a
-0/1 matrix P[query value, key value]; grouping equal rows (or columns) gives the head's
-content dims: query dim r is ``G * [row(q_i) is r]``-style 0/1 features, key dim r the
-matching 0/1 features of k_j, so the logit of a pair is ``G`` times exactly one product
-``1 * 1`` when the predicate holds and 0 otherwise. Every selected key therefore has a
-bit-identical logit (one product of the same two numbers, plus exact zeros), which makes
-the softmax exactly uniform over the selection. A selector ``a & b`` adds the two factors'
-dims; ``|``, ``~`` and predicates over several streams are flattened to one factor over the
-tuple of values. The ``<bos>`` key has all content features zero and its own dim:
-
-- aggregate: selected ``m G``, ``<bos>`` ``m G - B``, unselected at most ``(m - 1) G``, with
-  ``G = 2 B`` and ``B = AMPLITUDE_HEADROOM * ATTENTION_MARGIN``: ``<bos>`` gets weight 0 when
-  anything is selected and 1 when nothing is (its value row is ``default``);
-- selector_width: ``<bos>`` ties with the selection (m dims of the same ``G * 1`` product),
-  so its weight is ``1/(w+1)``; the position decoder (``ops/position.py``) turns that into w;
-- select_latest: ``G`` is the latch's validity gain ``C = 2A + B`` on top of the recency lobe
-  ``A cos(theta (i - j))``, certified by the latch's fp32 margin replay.
-
+The construction (docs/attention.md, "Query-dependent selection", says why each gain is what it
+is). Each side is one-hot encoded by MLP indicator columns (the token stream is its own), the
+predicate's equal rows or columns are grouped into classes, and a pair's logit is ``G`` times
+one product ``1 * 1`` where the predicate holds, 0 otherwise: every selected key's logit is
+bit-identical, so the softmax is exactly uniform over the selection. ``&`` adds the factors'
+dims; ``<bos>`` has its own dim: the fallback of aggregate and select_latest (its value row is
+``default``), tied with the selection in selector_width (weight ``1/(w+1)``, decoded to w).
 An ``==`` whose keys are the position plus a constant (RASP's ``Select(indices, f, EQ)``) read
 by aggregate or select_latest selects one key at most: one head scoring the square of the
 distance instead, no class per position (``gather.match_position``), where certified.

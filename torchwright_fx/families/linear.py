@@ -100,17 +100,17 @@ def picked_columns(width: int, last: Any) -> list[int]:
     if listed and all(isinstance(i, bool) for i in listed):
         if len(listed) != width:
             raise _BadIndex(f"a mask of {len(listed)} bools indexes {width} columns",
-                              "give one bool per column, or index by column numbers")
+                            "give one bool per column, or index by column numbers")
         return [c for c, keep in zip(cols, listed, strict=True) if keep]
     if listed is None and isinstance(last, float) and not last.is_integer():
         raise _BadIndex(f"column index {last!r} is not a whole number (torch refuses a "
-                          "float index)", "index with an int: v[:, int(j)]")
+                        "float index)", "index with an int: v[:, int(j)]")
     try:
         return [cols[int(i)] for i in (listed if listed is not None else [last])]
     except (TypeError, ValueError, IndexError) as e:
         raise _BadIndex(f"column index {last!r}: {e}",
-                          f"index the {width} columns with whole numbers (-{width} to "
-                          f"{width - 1})") from None
+                        f"index the {width} columns with whole numbers (-{width} to "
+                        f"{width - 1})") from None
 
 
 @lowering(torch.cat, torch.concat, torch.concatenate)

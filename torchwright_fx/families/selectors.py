@@ -317,13 +317,13 @@ def _lower_latest(ctx: LowerCtx, sel: Any, v: Any, default: Any = 0.0) -> Stream
     sel = _check_selector(ctx, sel)
     default = _default_value(default)
     v = v if isinstance(v, Stream) else to_stream(v, 1)
-    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
     matched = _matched(ctx, sel, v, default)
     if matched is not None:
         return matched
     feats = selection.content(ctx, sel, "select_latest")
     if feats is None:
         return _const_stream(default, v.width)
+    ranges = moved_ranges_of(ctx, [r.hull(Interval.point(default)) for r in v.ranges])
     if ctx.prog.precision.half:  # recency from the exact position (ops/position_half.py)
         return Stream(selection_heads.latest_half(ctx, feats, _with_default(ctx, v, default),
                                             ranges), ranges, v.is_bool)

@@ -37,3 +37,21 @@ def test_an_index_out_of_range_is_refused_naming_the_line():
     with pytest.raises(tw.CompileError) as e:
         tw.compile(bad, vocab=VOCAB, max_seq_len=16).compile()
     assert "out of bounds" in str(e.value) and "test_column_index.py:" in str(e.value)
+
+
+
+def test_following_the_advice_compiles():
+    """An index out of range is refused naming the columns there are; indexing within them,
+    as the advice says, compiles and is right (a float inside a list is truncated, as torch
+    does)."""
+    def out_of_range(x: torch.Tensor) -> torch.Tensor:
+        return tw.token("a") + x[:, [0, 99]].sum(-1, keepdim=True)
+
+    def within(x: torch.Tensor) -> torch.Tensor:
+        return tw.token("a") + x[:, [0, 2.5]].sum(-1, keepdim=True)
+
+    with pytest.raises(tw.CompileError):
+        tw.compile(out_of_range, vocab=VOCAB, max_seq_len=16).compile()
+    program = tw.compile(within, vocab=VOCAB, max_seq_len=16).compile()
+    ids = VOCAB.encode("abcd\nabca")
+    assert torch.equal(program.logits(ids).argmax(-1), program.printed_ids(ids))
